@@ -1,0 +1,90 @@
+"""Shared config pieces: every key the trainer reads, with its default, in one place.
+
+Config files call `base()` and change what their experiment needs; `parse_arg("runlocal,i21k")` turns the
+`file.py:arg` suffix into flags. A key that nothing reads does not belong here (tests build and run every config).
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+
+def base() -> ml_collections.ConfigDict:
+    """Defaults for every key of a training run (see `vit_jax_struct/train/trainer.py`)."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0                        # Root of all randomness: init, dropout, data order, augmentation.
+    c.total_steps = 1000              # Optimizer steps.
+    c.batch_size = 128                # Global batch (examples), split over all devices and hosts.
+    c.eval_batch_size = 0             # 0: same as batch_size.
+    c.log_every_steps = 50
+    c.eval_every_steps = 500          # 0: evaluate only at the end.
+    c.checkpoint_every_steps = 500    # Plus at the end and on SIGTERM.
+    c.keep_checkpoints = 3
+    c.init_from = ""                  # Warm start: a workdir or checkpoints/<step> folder (parameters only).
+    c.multihost = False               # jax.distributed.initialize() before anything else (one process per host).
+    c.tensorboard = True
+    c.loss = "softmax_xent"           # or "sigmoid_xent"
+    c.label_smoothing = 0.0
+    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1))
+    c.param_sharding = ((".*", "fsdp"),)  # (regex, 'fsdp'|'replicate'); with mesh.fsdp=1 all are replicated.
+
+    c.model = ml_collections.ConfigDict()
+    c.model.name = "vit"
+    c.model.variant = "Ti/16"
+    for k in ("width", "depth", "mlp_dim", "num_heads", "patch_size", "representation_size"):
+        setattr(c.model, k, config_dict.placeholder(int))  # None: from the variant / no pre_logits layer.
+    c.model.classifier = "token"      # or "gap"
+    c.model.posemb = "learn"          # or "sincos2d"
+    c.model.dropout = 0.0
+    c.model.attention_dropout = 0.0
+    c.model.head_bias_init = 0.0
+    c.model.dtype = "float32"
+
+    c.data = ml_collections.ConfigDict()
+    c.data.source = "digits"          # "digits" | "folder" | "tfds"
+    c.data.name = ""                  # TFDS name (source='tfds')
+    c.data.root = ""                  # image-folder root (source='folder') or TFDS data_dir
+    c.data.train_split = "train"
+    c.data.eval_split = "test"
+    c.data.image_size = 224           # pixels (square)
+    c.data.num_classes = 0            # 0: as found in the data; else checked against it
+    c.data.num_threads = 2            # grain reader threads per host
+    c.data.prefetch = 4               # grain prefetch buffer (examples)
+
+    c.pp = ml_collections.ConfigDict()
+    c.pp.train_crop = "inception"     # "inception" | "pad" | "none"
+    c.pp.crop_area_min = 0.05
+    c.pp.pad = 4
+    c.pp.flip = True
+    c.pp.eval_crop_fraction = 0.875
+    c.pp.value_range = (-1.0, 1.0)
+
+    c.optim = ml_collections.ConfigDict()
+    c.optim.lr = 1e-3
+    c.optim.warmup_steps = 100
+    c.optim.schedule = "cosine"       # "cosine" | "linear" | "constant"
+    c.optim.end_lr = 0.0
+    c.optim.weight_decay = 0.0        # AdamW, optax convention: decay lr_t * weight_decay * param per step
+    c.optim.wd_mask = r"/kernel$"     # regex on parameter paths that get weight decay
+    c.optim.b1 = 0.9
+    c.optim.b2 = 0.999
+    c.optim.eps = 1e-8
+    c.optim.grad_clip_norm = 1.0      # 0: no clipping
+    return c
+
+
+def parse_arg(arg: str, **defaults) -> ml_collections.ConfigDict:
+    """`"runlocal,res=384"` -> ConfigDict(runlocal=True, res=384); keys must be among `defaults`.
+
+    Raises:
+      ValueError: an unknown key, naming the allowed ones.
+    """
+    out = ml_collections.ConfigDict(defaults)
+    for item in filter(None, (arg or "").split(",")):
+        key, _, value = item.partition("=")
+        if key not in defaults:
+            raise ValueError(f"config argument {key!r} is not one of {sorted(defaults)}")
+        if not value:
+            out[key] = True
+        else:
+            out[key] = type(defaults[key])(value) if not isinstance(defaults[key], bool) else value == "True"
+    return out

@@ -1,0 +1,63 @@
+"""Entry point: `python main.py --config=configs/<name>.py[:arg] [--workdir=DIR] [--config.key=value …]`.
+
+Without `--workdir` a run lives in `runs/<config name>[_<arg>]`, so rerunning the same command resumes it.
+`--config.multihost=True` (set by `launch/tpu_vm.sh`) calls `jax.distributed.initialize()` first: one process
+per host, every host running the same command.
+"""
+
+import logging as logging_std
+import os
+import re
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config file (file.py[:arg]).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run folder (default: runs/<config name>[_<arg>]).")
+_MODE = flags.DEFINE_enum("mode", "train", ["train"], "What to do with the config.")
+
+
+def default_workdir(config_arg: str) -> str:
+    """`configs/vit_l16.py:runlocal` -> `runs/vit_l16_runlocal`."""
+    path, _, arg = config_arg.partition(":")
+    name = os.path.splitext(os.path.basename(path))[0]
+    if arg:
+        name += "_" + re.sub(r"[^A-Za-z0-9.=-]+", "_", arg)
+    return os.path.join("runs", name)
+
+
+class _QuietLibraries(logging_std.Filter):
+    """Drops INFO chatter of orbax and grain (every save logs dozens of lines); their warnings still show."""
+
+    def filter(self, record):
+        return record.levelno >= logging_std.WARNING or not any(
+            f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "array_record"))
+
+
+def main(argv):
+    logging.get_absl_handler().addFilter(_QuietLibraries())
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    config = _CONFIG.value
+    if config.get("multihost"):
+        import jax
+
+        jax.distributed.initialize()  # Coordinator, process count and index from the TPU/cluster environment.
+    workdir = _WORKDIR.value or default_workdir(config_flags.get_config_filename(flags.FLAGS["config"])
+                                                + _config_arg_suffix())
+    logging.info("workdir: %s", os.path.abspath(workdir))
+    if _MODE.value == "train":
+        from vit_jax_struct.train import trainer
+
+        trainer.train_and_evaluate(config, workdir)
+
+
+def _config_arg_suffix() -> str:
+    value = flags.FLAGS["config"].serialize().split("=", 1)[-1]
+    _, sep, arg = value.partition(":")
+    return sep + arg if sep else ""
+
+
+if __name__ == "__main__":
+    app.run(main)

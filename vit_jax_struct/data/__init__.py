@@ -1,0 +1,1 @@
+"""Data: sources (digits, image folders, TFDS), preprocessing, grain pipelines."""

@@ -1,0 +1,186 @@
+"""Random-access data sources for grain: scikit-learn digits, image folders, prepared TFDS datasets.
+
+Every source has `__len__`, `__getitem__(i) -> {"image": uint8 [H, W, 3], "label": int}`, `num_classes` and
+`class_names`; grain reads them from several threads, so `__getitem__` is stateless.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Sequence
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+
+def to_rgb(image: np.ndarray) -> np.ndarray:
+    """`[H, W]`, `[H, W, 1]`, `[H, W, 3]` or `[H, W, 4]` uint8 -> `[H, W, 3]` uint8 (grey is repeated, alpha dropped).
+
+    Raises:
+      ValueError: for any other shape.
+    """
+    if image.ndim == 2:
+        image = image[..., None]
+    if image.ndim != 3 or image.shape[-1] not in (1, 3, 4):
+        raise ValueError(f"image of shape {image.shape} is not [H, W] or [H, W, 1|3|4]")
+    if image.shape[-1] == 1:
+        return np.repeat(image, 3, axis=-1)
+    return image[..., :3]
+
+
+class DigitsSource:
+    """scikit-learn's handwritten digits (Alpaydin & Kaynak 1998; UCI), shipped with scikit-learn, so offline.
+
+    1,797 grey 8x8 images in 10 classes, pixel values 0..16 scaled to uint8 0..255 and repeated to 3 channels.
+    The split is fixed (independent of `config.seed`) so every run is evaluated on the same held-out images:
+    a stratified 80/20 split with `random_state=0` gives 1,437 `train` and 360 `test` images.
+
+    Raises:
+      ValueError: for a split other than 'train' or 'test'.
+    """
+
+    SPLITS = ("train", "test")
+
+    def __init__(self, split: str):
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        if split not in self.SPLITS:
+            raise ValueError(f"digits split {split!r} is not one of {self.SPLITS}")
+        d = load_digits()
+        images = np.round(d.images / 16.0 * 255.0).astype(np.uint8)
+        idx_train, idx_test = train_test_split(np.arange(len(images)), test_size=0.2, random_state=0,
+                                               stratify=d.target)
+        idx = idx_train if split == "train" else idx_test
+        self.images = np.repeat(images[idx][..., None], 3, axis=-1)
+        self.labels = d.target[idx].astype(np.int32)
+        self.class_names = [str(i) for i in range(10)]
+        self.num_classes = 10
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return {"image": self.images[i], "label": int(self.labels[i])}
+
+
+def _list_images(folder: str) -> list[str]:
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                  if f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith("."))
+
+
+class ImageFolderSource:
+    """Images in `root/<split>/<class>/*.{jpg,jpeg,png}`; labels are the class folders in sorted order.
+
+    Decoding uses Pillow; grey, palette and RGBA files become RGB. Listing is eager (so a missing folder or an
+    empty class fails at start-up); decoding is lazy, in grain's reader threads.
+
+    Args:
+      root: dataset folder.
+      split: sub-folder, e.g. 'train' or 'test'.
+      class_names: if given (e.g. the train split's), the split must have exactly these class folders.
+
+    Raises:
+      FileNotFoundError: `root` or `root/split` does not exist.
+      ValueError: no class folders, a class folder with no images, or class folders differing from
+        `class_names`; a file that cannot be decoded raises ValueError naming it when it is read.
+    """
+
+    def __init__(self, root: str, split: str, class_names: Sequence[str] | None = None):
+        folder = os.path.join(os.path.expanduser(str(root)), split)
+        if not os.path.isdir(os.path.expanduser(str(root))):
+            raise FileNotFoundError(f"data.root {root!r} does not exist; expected a folder laid out as "
+                                    "root/{train,test}/<class>/*.jpg")
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"split folder {folder!r} does not exist; expected root/{split}/<class>/*.jpg")
+        names = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+        if not names:
+            raise ValueError(f"split folder {folder!r} has no class folders; expected {folder}/<class>/*.jpg")
+        if class_names is not None and list(class_names) != names:
+            missing, extra = sorted(set(class_names) - set(names)), sorted(set(names) - set(class_names))
+            raise ValueError(f"class folders of {folder!r} differ from the train split's: missing {missing}, "
+                             f"extra {extra}")
+        self.paths, labels = [], []
+        for label, name in enumerate(names):
+            files = _list_images(os.path.join(folder, name))
+            if not files:
+                raise ValueError(f"class folder {os.path.join(folder, name)!r} has no images "
+                                 f"(looked for {', '.join(IMAGE_EXTENSIONS)})")
+            self.paths += files
+            labels += [label] * len(files)
+        self.labels = np.asarray(labels, np.int32)
+        self.class_names = names
+        self.num_classes = len(names)
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        path = self.paths[i]
+        try:
+            with open(path, "rb") as f:
+                img = Image.open(io.BytesIO(f.read()))
+                img = img.convert("RGB")
+        except Exception as e:  # PIL raises several types; one clear error naming the file.
+            raise ValueError(f"cannot decode image file {path!r}: {type(e).__name__}: {e}") from e
+        return {"image": np.asarray(img, np.uint8), "label": int(self.labels[i])}
+
+
+class TfdsSource:
+    """A prepared TFDS dataset (array_record format) read with `tfds.data_source`, no TensorFlow needed.
+
+    Args:
+      name: TFDS name, e.g. 'cifar100', 'imagenet2012', 'imagenet2012:5.1.0'.
+      split: TFDS split string, e.g. 'train', 'validation', 'train[:99%]'.
+      data_dir: TFDS data dir (None: the TFDS default, `~/tensorflow_datasets` or $TFDS_DATA_DIR).
+      image_key, label_key: feature names.
+
+    Raises:
+      ValueError: the dataset is not prepared in `data_dir`, or is not in a random-access format.
+    """
+
+    def __init__(self, name: str, split: str, data_dir: str | None = None, image_key: str = "image",
+                 label_key: str = "label"):
+        import tensorflow_datasets as tfds
+
+        try:
+            self.source = tfds.data_source(name, split=split, data_dir=data_dir, download=False)
+        except Exception as e:  # tfds raises AssertionError/ValueError/FileNotFoundError depending on the case.
+            raise ValueError(f"TFDS dataset {name!r} split {split!r} is not prepared as array_record in data_dir "
+                             f"{data_dir!r} ({type(e).__name__}: {e}); prepare it with `tfds build {name} "
+                             "--file_format=array_record`") from e
+        self.image_key, self.label_key = image_key, label_key
+        feature = self.source.dataset_info.features[label_key]
+        self.num_classes = int(feature.num_classes)
+        self.class_names = list(feature.names)
+
+    def __len__(self):
+        return len(self.source)
+
+    def __getitem__(self, i):
+        r = self.source[i]
+        return {"image": to_rgb(np.asarray(r[self.image_key], np.uint8)), "label": int(r[self.label_key])}
+
+
+def get_source(data_config, split: str, class_names: Sequence[str] | None = None):
+    """Builds the source named by `data_config.source` ('digits', 'folder', 'tfds') for `split`.
+
+    Raises:
+      ValueError: unknown source, or a folder/TFDS source without `data.root`/`data.name`.
+    """
+    kind = data_config.source
+    if kind == "digits":
+        return DigitsSource(split)
+    if kind == "folder":
+        if not data_config.get("root"):
+            raise ValueError("data.source='folder' needs data.root, the folder with {train,test}/<class>/*.jpg")
+        return ImageFolderSource(data_config.root, split, class_names)
+    if kind == "tfds":
+        if not data_config.get("name"):
+            raise ValueError("data.source='tfds' needs data.name, e.g. 'cifar100'")
+        return TfdsSource(data_config.name, split, data_config.get("root") or None)
+    raise ValueError(f"data.source {kind!r} is not one of 'digits', 'folder', 'tfds'")

@@ -1,0 +1,301 @@
+"""Vision Transformer (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words", ICLR; arXiv 2010.11929).
+
+Flax linen implementation that keeps the parameter layout of the original `google-research/vision_transformer`
+checkpoints, so published weights map by name:
+
+    embedding/{kernel,bias}                          patch embedding, a Conv with stride = patch size
+    cls                                              [1, 1, D] class token (classifier='token' only)
+    Transformer/posembed_input/pos_embedding         [1, N, D] learned posemb (posemb='learn' only)
+    Transformer/encoderblock_{i}/LayerNorm_0         pre-MHSA LayerNorm
+    Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{query,key,value,out}
+    Transformer/encoderblock_{i}/LayerNorm_2         pre-MLP LayerNorm
+    Transformer/encoderblock_{i}/MlpBlock_3/{Dense_0,Dense_1}
+    Transformer/encoder_norm                         final LayerNorm
+    pre_logits/{kernel,bias}                         optional representation layer (Dense + tanh)
+    head/{kernel,bias}                               classifier, zero-initialised kernel
+
+Every model returns `(logits, out)`: `out` holds named intermediates that analysis code reads by name
+(`"stem"`, `"encoder_input"`, `"block00"` …, `"encoded"`, `"pre_logits"`, `"logits"`) and, with
+`return_attention=True`, the attention weights of each block as `"attention/block00"` … `[B, heads, N, N]`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Dtype = Any
+
+# width, depth, mlp_dim, num_heads (ViT paper Table 1; "mu" is big_vision's debugging size).
+VARIANTS = {
+    "mu": (32, 1, 128, 2),
+    "Ti": (192, 12, 768, 3),
+    "S": (384, 12, 1536, 6),
+    "B": (768, 12, 3072, 12),
+    "L": (1024, 24, 4096, 16),
+    "H": (1280, 32, 5120, 16),
+}
+
+
+def decode_variant(variant: str) -> dict:
+    """Parses a ViT variant string such as `"L/16"` or `"Ti/4"`.
+
+    Args:
+      variant: `"<size>/<patch>"` with size one of `VARIANTS` (mu, Ti, S, B, L, H) and patch a positive integer
+        in pixels.
+
+    Returns:
+      dict with `width`, `depth`, `mlp_dim`, `num_heads` (ints) and `patch_size` (pixels, int).
+
+    Raises:
+      ValueError: if the size is unknown or the patch is not a positive integer, naming the bad value.
+    """
+    m = re.fullmatch(r"([A-Za-z]+)/(\d+)", str(variant))
+    size = m.group(1) if m else str(variant).split("/")[0]
+    if size not in VARIANTS:
+        raise ValueError(f"model.variant {variant!r} is not one of {', '.join(VARIANTS)} "
+                         "(write it as '<size>/<patch>', e.g. 'Ti/16')")
+    if not m or int(m.group(2)) <= 0:
+        raise ValueError(f"model.variant {variant!r} has no valid patch size; write it as '{size}/<patch pixels>', "
+                         "e.g. 'Ti/16'")
+    width, depth, mlp_dim, num_heads = VARIANTS[size]
+    return dict(width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads, patch_size=int(m.group(2)))
+
+
+def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0, dtype: Dtype = jnp.float32):
+    """Fixed 2-D sine-cosine position embedding (big_vision `posemb_sincos_2d`; MoCo v3, Chen et al. 2021 §4).
+
+    Args:
+      h, w: patch-grid height and width (patches).
+      width: embedding width D; must be divisible by 4 (sin/cos for each of the two axes).
+
+    Returns:
+      `[1, h*w, D]` array, row-major over the grid.
+
+    Raises:
+      ValueError: if `width % 4 != 0`.
+    """
+    if width % 4:
+        raise ValueError(f"posemb='sincos2d' needs a width divisible by 4, got width={width}")
+    y, x = np.mgrid[:h, :w]
+    omega = np.arange(width // 4) / max(width // 4 - 1, 1)
+    omega = 1.0 / (temperature ** omega)
+    y = np.einsum("m,d->md", y.flatten(), omega)
+    x = np.einsum("m,d->md", x.flatten(), omega)
+    pe = np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
+    return jnp.asarray(pe, dtype)[None]
+
+
+class AddPositionEmbs(nn.Module):
+    """Adds a learned position embedding `pos_embedding` `[1, N, D]` to tokens `[B, N, D]` (original ViT name)."""
+
+    posemb_init: Any = nn.initializers.normal(stddev=0.02)
+
+    @nn.compact
+    def __call__(self, x):
+        pe = self.param("pos_embedding", self.posemb_init, (1,) + x.shape[1:])
+        return x + pe.astype(x.dtype)
+
+
+class MultiHeadDotProductAttention(nn.Module):
+    """Multi-head self-attention (MHSA), Vaswani et al. 2017 Eq. 1: `softmax(Q K^T / sqrt(d_head)) V`.
+
+    Parameter names and shapes equal `flax.linen.MultiHeadDotProductAttention` (`query`/`key`/`value` kernels
+    `[D, heads, d_head]`, `out` kernel `[heads, d_head, D]`), so original ViT checkpoints load unchanged; it is
+    written out here so the attention weights are returned directly (analysis) and the logits can be replaced
+    (positional attention).
+
+    Call: `(x [B, N, D], deterministic) -> (y [B, N, D], weights [B, heads, N, N] float32)`. Logits and softmax are
+    computed in float32 whatever the compute dtype.
+    """
+
+    num_heads: int
+    dropout_rate: float = 0.0
+    dtype: Dtype = jnp.float32
+    kernel_init: Any = nn.initializers.xavier_uniform()
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        d = x.shape[-1]
+        if d % self.num_heads:
+            raise ValueError(f"width {d} is not divisible by num_heads {self.num_heads}")
+        head_dim = d // self.num_heads
+        dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), dtype=self.dtype,
+                                             kernel_init=self.kernel_init, name=name)
+        q, k, v = dense("query")(x), dense("key")(x), dense("value")(x)  # [B, N, heads, d_head]
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(head_dim)
+        weights = jax.nn.softmax(logits, axis=-1)  # [B, heads, N, N], float32
+        probs = weights.astype(self.dtype)
+        if self.dropout_rate > 0.0 and not deterministic:
+            probs = nn.Dropout(self.dropout_rate)(probs, deterministic=False)
+        y = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        y = nn.DenseGeneral(d, axis=(-2, -1), dtype=self.dtype, kernel_init=self.kernel_init, name="out")(y)
+        return y, weights
+
+
+class MlpBlock(nn.Module):
+    """Transformer MLP block: Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout; `[B, N, D] -> [B, N, D]`."""
+
+    mlp_dim: int
+    dropout_rate: float = 0.0
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        kw = dict(dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+                  bias_init=nn.initializers.normal(stddev=1e-6))
+        d = x.shape[-1]
+        x = nn.Dense(self.mlp_dim, name="Dense_0", **kw)(x)
+        x = nn.gelu(x)
+        x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+        x = nn.Dense(d, name="Dense_1", **kw)(x)
+        return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+
+
+class Encoder1DBlock(nn.Module):
+    """Pre-LN encoder block (ViT paper Eq. 2-3): `z' = MHSA(LN(z)) + z`, `z'' = MLP(LN(z')) + z'`.
+
+    Call: `(x [B, N, D], deterministic) -> (x [B, N, D], attention weights [B, heads, N, N])`.
+    """
+
+    mlp_dim: int
+    num_heads: int
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        y = nn.LayerNorm(dtype=self.dtype, name="LayerNorm_0")(x)
+        y, weights = MultiHeadDotProductAttention(
+            num_heads=self.num_heads, dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
+            name="MultiHeadDotProductAttention_1")(y, deterministic)
+        y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+        x = x + y
+        y = nn.LayerNorm(dtype=self.dtype, name="LayerNorm_2")(x)
+        y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name="MlpBlock_3")(y, deterministic)
+        return x + y, weights
+
+
+class Encoder(nn.Module):
+    """Transformer encoder: posemb, `depth` encoder blocks, final LayerNorm (original name `Transformer`).
+
+    Call: `(x [B, N, D], grid (h, w), train) -> (encoded [B, N, D], out)` where `out` has `encoder_input`,
+    `block00` … and `attention/block00` … (`[B, heads, N, N]`).
+    """
+
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    posemb: str = "learn"
+    has_cls: bool = True
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, grid, train: bool = False):
+        out = {}
+        if self.posemb == "learn":
+            x = AddPositionEmbs(name="posembed_input")(x)
+        elif self.posemb == "sincos2d":
+            pe = posemb_sincos_2d(*grid, x.shape[-1], dtype=x.dtype)
+            if self.has_cls:  # The class token carries no position.
+                pe = jnp.concatenate([jnp.zeros_like(pe[:, :1]), pe], axis=1)
+            x = x + pe
+        else:
+            raise ValueError(f"model.posemb {self.posemb!r} is not one of 'learn', 'sincos2d'")
+        out["encoder_input"] = x
+        x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+        for i in range(self.depth):
+            x, weights = Encoder1DBlock(self.mlp_dim, self.num_heads, self.dropout_rate,
+                                        self.attention_dropout_rate, self.dtype, name=f"encoderblock_{i}")(
+                                            x, deterministic=not train)
+            out[f"block{i:02d}"] = x
+            out[f"attention/block{i:02d}"] = weights
+        return nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x), out
+
+
+class VisionTransformer(nn.Module):
+    """ViT classifier; `(images [B, H, W, C] float, train, return_attention) -> (logits [B, classes] float32, out)`.
+
+    Fields:
+      num_classes: size of the head; 0 or None gives no head (logits are the pre-logits).
+      variant: `"<size>/<patch>"` (see `decode_variant`); `width`, `depth`, `mlp_dim`, `num_heads`, `patch_size`
+        override single entries of it (e.g. the 7-layer, 384-wide small-data ViT of Jelassi et al. 2022 §6).
+      classifier: `'token'` (prepend a learned CLS token, classify its output) or `'gap'` (no CLS token, no CLS
+        posemb; classify the mean of the encoded patch tokens).
+      posemb: `'learn'` (trained, `[1, N, D]`, N includes CLS) or `'sincos2d'` (fixed, no parameter).
+      dropout, attention_dropout: rates used when `train=True`.
+      representation_size: if set, a `pre_logits` Dense + tanh of this width before the head (ViT paper §3.1).
+      head_bias_init: constant initial bias of the head (−10 with sigmoid cross-entropy, big_vision recipe).
+      dtype: compute dtype; parameters stay float32.
+
+    `out` keys: `stem` patch embeddings `[B, N_patches, D]`; `encoder_input` tokens after CLS + posemb `[B, N, D]`;
+    `block00` … outputs of each encoder block `[B, N, D]`; `encoded` after the final LayerNorm `[B, N, D]`;
+    `pre_logits` `[B, D']`; `logits`; and `attention/blockXX` `[B, heads, N, N]` when `return_attention`.
+
+    Raises:
+      ValueError: unknown variant/classifier/posemb, or an image whose size is not divisible by the patch size.
+    """
+
+    num_classes: Optional[int]
+    variant: str = "Ti/16"
+    width: Optional[int] = None
+    depth: Optional[int] = None
+    mlp_dim: Optional[int] = None
+    num_heads: Optional[int] = None
+    patch_size: Optional[int] = None
+    classifier: str = "token"
+    posemb: str = "learn"
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    representation_size: Optional[int] = None
+    head_bias_init: float = 0.0
+    dtype: Dtype = jnp.float32
+
+    def arch(self) -> dict:
+        """Resolved sizes: the variant's, with explicit fields overriding."""
+        a = decode_variant(self.variant)
+        for k in ("width", "depth", "mlp_dim", "num_heads", "patch_size"):
+            if getattr(self, k) is not None:
+                a[k] = int(getattr(self, k))
+        return a
+
+    @nn.compact
+    def __call__(self, images, *, train: bool = False, return_attention: bool = False):
+        a = self.arch()
+        if self.classifier not in ("token", "gap"):
+            raise ValueError(f"model.classifier {self.classifier!r} is not one of 'token', 'gap'")
+        b, h, w, _ = images.shape
+        p = a["patch_size"]
+        if h % p or w % p:
+            raise ValueError(f"image size {h}x{w} is not divisible by the patch size {p} "
+                             f"(model.variant {self.variant!r}); choose data.image_size as a multiple of {p}")
+        x = nn.Conv(a["width"], (p, p), strides=(p, p), padding="VALID", dtype=self.dtype, name="embedding")(
+            images.astype(self.dtype))
+        grid = (h // p, w // p)
+        x = x.reshape(b, grid[0] * grid[1], a["width"])
+        out = {"stem": x}
+        if self.classifier == "token":
+            cls = self.param("cls", nn.initializers.zeros, (1, 1, a["width"]))
+            x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (b, 1, 1)), x], axis=1)
+        x, enc_out = Encoder(a["depth"], a["mlp_dim"], a["num_heads"], self.posemb, self.classifier == "token",
+                             self.dropout, self.attention_dropout, self.dtype, name="Transformer")(x, grid, train)
+        out.update({k: v for k, v in enc_out.items() if return_attention or not k.startswith("attention/")})
+        out["encoded"] = x
+        x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
+        if self.representation_size:
+            x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name="pre_logits")(x))
+        out["pre_logits"] = x
+        if self.num_classes:
+            x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
+                         bias_init=nn.initializers.constant(self.head_bias_init), name="head")(x)
+        logits = x.astype(jnp.float32)
+        out["logits"] = logits
+        return logits, out

@@ -1,0 +1,1 @@
+"""Training: loop, mesh + sharding rules, Orbax checkpoints, optimizer + schedules, metric writers."""

@@ -1,0 +1,149 @@
+"""Orbax checkpoints of the train state and the grain iterator, in `workdir/checkpoints/<step>/`.
+
+Each step directory holds two items: `state` (`{"step", "params", "opt_state"}`, `StandardSave`) and `data` (the
+grain iterator's position, `grain.checkpoint.CheckpointSave`, one file per process). Orbax writes into a temporary
+directory and renames it when complete, so `checkpoints/<step>` exists only for a finished checkpoint and a failed
+save never removes the last good one. Restores take target `ShapeDtypeStruct`s carrying shardings, so a checkpoint
+written on one mesh restores onto any other (different device count included).
+"""
+
+from __future__ import annotations
+
+import os
+
+import grain
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from vit_jax_struct.train.sharding import path_str
+
+
+def _flat_shapes(tree) -> dict[str, tuple]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+    return {path_str(p): tuple(x.shape) for p, x in leaves}
+
+
+def check_tree_match(expected, found, where: str, what: str = "params") -> None:
+    """Raises if two trees of arrays/metadata differ in paths or shapes.
+
+    Args:
+      expected: the model's tree (arrays or `ShapeDtypeStruct`s).
+      found: the checkpoint's tree (arrays or Orbax `ArrayMetadata`).
+      where: the checkpoint location, for the message.
+
+    Raises:
+      ValueError: naming the first mismatched path with both shapes, and what is missing on each side.
+    """
+    a, b = _flat_shapes(expected), _flat_shapes(found)
+    missing_ckpt = sorted(set(a) - set(b))
+    missing_model = sorted(set(b) - set(a))
+    shape_diff = [k for k in sorted(set(a) & set(b)) if a[k] != b[k]]
+    if not (missing_ckpt or missing_model or shape_diff):
+        return
+    if shape_diff:
+        k = shape_diff[0]
+        first = f"first mismatch at '{what}/{k}': checkpoint shape {b[k]} vs model shape {a[k]}"
+    else:
+        k = (missing_ckpt or missing_model)[0]
+        first = f"first mismatch at '{what}/{k}': " + (
+            f"in the model {a[k]} but not in the checkpoint" if k in a else
+            f"in the checkpoint {b[k]} but not in the model")
+    raise ValueError(
+        f"checkpoint {where} does not match the model ({len(shape_diff)} shape mismatches); {first}. "
+        f"Missing in checkpoint: {missing_ckpt[:5]}{' …' if len(missing_ckpt) > 5 else ''}; "
+        f"missing in model: {missing_model[:5]}{' …' if len(missing_model) > 5 else ''}. "
+        "Use another workdir, or the model config the checkpoint was written with.")
+
+
+class Checkpointer:
+    """Saves/restores `(train state, data iterator)` under `directory` with an Orbax `CheckpointManager`.
+
+    Args:
+      directory: e.g. `workdir/checkpoints`.
+      keep: how many of the most recent checkpoints to keep (None: all).
+      async_save: write in a background thread (the train loop goes on; `wait()` blocks).
+    """
+
+    def __init__(self, directory: str, keep: int | None = 3, async_save: bool = True):
+        self.directory = os.path.abspath(directory)
+        self.manager = ocp.CheckpointManager(
+            self.directory, options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep, enable_async_checkpointing=async_save, create=True))
+
+    def latest_step(self) -> int | None:
+        """Step of the newest complete checkpoint, or None."""
+        return self.manager.latest_step()
+
+    def save(self, step: int, state, data_iterator) -> None:
+        """Saves `state` and the iterator position as checkpoint `step` (asynchronously if enabled)."""
+        self.manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
+
+    def wait(self) -> None:
+        """Blocks until pending saves are complete on disk."""
+        self.manager.wait_until_finished()
+
+    def restore(self, step: int, abstract_state, data_iterator):
+        """Restores checkpoint `step` onto `abstract_state`'s shardings and rewinds `data_iterator` in place.
+
+        Raises:
+          ValueError: the checkpoint's parameter tree does not match `abstract_state["params"]`.
+        """
+        where = os.path.join(self.directory, str(step))
+        meta = self.manager.item_metadata(step)["state"].tree
+        check_tree_match(abstract_state["params"], meta["params"], where)
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state),
+            data=grain.checkpoint.CheckpointRestore(data_iterator)))
+        return restored["state"]
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def load_params(path: str, abstract_params):
+    """Loads only the parameters of a checkpoint (warm start, `config.init_from`), sharded like `abstract_params`.
+
+    Args:
+      path: a workdir (its latest checkpoint), a `checkpoints/` folder (latest), or one `checkpoints/<step>` folder.
+      abstract_params: `ShapeDtypeStruct`s with shardings of the model's parameters.
+
+    Raises:
+      FileNotFoundError: no checkpoint at `path`.
+      ValueError: the parameter tree does not match the model (first mismatched path and both shapes).
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        path = os.path.join(path, "checkpoints")
+    base = os.path.basename(path.rstrip("/"))
+    if base.isdigit() and os.path.isdir(os.path.join(path, "state")):
+        directory, step = os.path.dirname(path), int(base)
+    else:
+        directory, step = path, None
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"config.init_from {path!r}: no such checkpoint folder")
+    mngr = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+    step = mngr.latest_step() if step is None else step
+    if step is None:
+        raise FileNotFoundError(f"config.init_from {path!r}: no checkpoint found in {directory}")
+    meta = mngr.item_metadata(step)["state"].tree
+    check_tree_match(abstract_params, meta["params"], os.path.join(directory, str(step)))
+    # Restore the params subtree only; the optimizer state of the source run is not read.
+    restore_args = jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding, global_shape=s.shape,
+                                                               dtype=s.dtype), abstract_params)
+    restored = ocp.PyTreeCheckpointer().restore(
+        os.path.join(directory, str(step), "state"),
+        args=ocp.args.PyTreeRestore(item={"params": abstract_params}, restore_args={"params": restore_args},
+                                    partial_restore=True))
+    mngr.close()
+    return restored["params"], step
+
+
+def params_equal(a, b) -> bool:
+    """True if two parameter trees have the same paths and bitwise-equal values (host copies)."""
+    fa = jax.tree_util.tree_flatten_with_path(a)[0]
+    fb = jax.tree_util.tree_flatten_with_path(b)[0]
+    return ([path_str(p) for p, _ in fa] == [path_str(p) for p, _ in fb]
+            and all(np.array_equal(np.asarray(x), np.asarray(y)) for (_, x), (_, y) in zip(fa, fb)))

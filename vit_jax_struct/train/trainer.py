@@ -1,0 +1,307 @@
+"""The training loop: `train_and_evaluate(config, workdir)`.
+
+jit + NamedSharding on a `('data', 'fsdp')` mesh (no pmap): the batch is sharded over every device, parameters
+and optimizer state by `config.param_sharding` rules, the state is donated. Randomness comes from one root key,
+`jax.random.key(config.seed)`: parameters from `fold_in(root, 0)`, dropout at step s from
+`fold_in(fold_in(root, 1), s)`, data order and augmentation from grain seeded with `config.seed`. The RNG is therefore
+a function of `(seed, step)` and needs no checkpointing; the step, parameters, optimizer state and the data
+iterator's position are checkpointed, so a resumed run repeats the uninterrupted one bitwise (on CPU).
+
+Everything that can fail on bad input (mesh, batch split, data folders, model, preprocessing, optimizer, a
+checkpoint that does not match the model) is checked before anything is written to the workdir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from vit_jax_struct.data import pipeline, preprocess, sources
+from vit_jax_struct.models import get_model
+from vit_jax_struct.train import checkpoint, metrics as metrics_lib, optim, sharding
+
+
+class _Preemption:
+    """SIGTERM sets a flag; the loop checkpoints at the next step and returns (single process).
+
+    With several processes the hosts agree through JAX's preemption sync point instead
+    (`multihost_utils.reached_preemption_sync_point`), which the coordination service drives.
+    """
+
+    def __init__(self):
+        self.flag = False
+        self.previous = None
+        if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handler)
+
+    def _handler(self, signum, frame):
+        logging.warning("received SIGTERM: saving a checkpoint after this step, then exiting")
+        self.flag = True
+
+    def reached(self, step: int) -> bool:
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            return bool(multihost_utils.reached_preemption_sync_point(step))
+        return self.flag
+
+    def close(self):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def _format_eta(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+
+
+def build(config, devices=None):
+    """Builds (and validates) everything a run needs, writing nothing.
+
+    Returns a dict with `mesh`, `model`, `train_source`, `eval_source`, `train_pp`, `eval_pp`, `tx`, `schedule`,
+    `per_host_batch`, `eval_per_host_batch`, `abstract_state` (`ShapeDtypeStruct`s with shardings), `init_state`
+    (a jitted function of the init key), `num_classes`.
+
+    Raises:
+      ValueError / FileNotFoundError: with the offending config value and what is allowed.
+    """
+    mesh = sharding.create_mesh(config.mesh, devices)
+    per_host = sharding.check_batch_size(config.batch_size, mesh)
+    eval_per_host = sharding.check_batch_size(config.get("eval_batch_size") or config.batch_size, mesh,
+                                              "config.eval_batch_size")
+    if config.total_steps <= 0:
+        raise ValueError(f"config.total_steps {config.total_steps} must be positive")
+    data = config.data
+    train_source = sources.get_source(data, data.train_split)
+    eval_source = sources.get_source(data, data.eval_split, getattr(train_source, "class_names", None))
+    num_classes = train_source.num_classes
+    if data.get("num_classes") and data.num_classes != num_classes:
+        raise ValueError(f"config.data.num_classes {data.num_classes} differs from the {num_classes} classes "
+                         f"found in the {data.source!r} train split")
+    model = get_model(config.model, num_classes)
+    train_pp, eval_pp = preprocess.from_config(config.pp, data.image_size)
+    tx, schedule = optim.make_optimizer(config.optim, config.total_steps)
+    optim.classification_loss(jnp.zeros((1, num_classes)), jnp.zeros((1,), jnp.int32), num_classes,
+                              config.loss)  # Fails now on an unknown loss.
+    dummy = jnp.zeros((1, data.image_size, data.image_size, 3), jnp.float32)
+
+    def init_state(key):
+        params = model.init(key, dummy)["params"]
+        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+
+    shapes = jax.eval_shape(init_state, jax.random.key(0))  # Raises here on a bad image/patch size.
+    state_sh = sharding.shardings(shapes, config.get("param_sharding", ((".*", "fsdp"),)), mesh)
+    abstract_state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                                  shapes, state_sh)
+    return dict(mesh=mesh, model=model, train_source=train_source, eval_source=eval_source, train_pp=train_pp,
+                eval_pp=eval_pp, tx=tx, schedule=schedule, per_host_batch=per_host,
+                eval_per_host_batch=eval_per_host, abstract_state=abstract_state, num_classes=num_classes,
+                init_state=jax.jit(init_state, out_shardings=state_sh))
+
+
+def make_train_step(config, model, tx, schedule, num_classes, mesh, state_sharding):
+    """Jitted `(state, batch) -> (state, metrics)`; the state is donated.
+
+    `batch`: `{"image": float32 [B, S, S, 3], "label": int32 [B]}` sharded over all devices. `metrics` (replicated
+    scalars): `loss` (mean over the batch), `grad_norm`, `lr` (the rate used for this update), `nonfinite` (1 if the
+    loss is NaN/inf).
+    """
+    dropout_root = jax.random.fold_in(jax.random.key(config.seed), 1)
+
+    def step_fn(state, batch):
+        step = state["step"]
+        rng = jax.random.fold_in(dropout_root, step)
+
+        def loss_fn(params):
+            logits, _ = model.apply({"params": params}, batch["image"], train=True, rngs={"dropout": rng})
+            loss = optim.classification_loss(logits, batch["label"], num_classes, config.loss,
+                                             config.get("label_smoothing", 0.0))
+            return loss.mean()
+
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        new_state = {"step": step + 1, "params": params, "opt_state": opt_state}
+        m = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(step),
+             "nonfinite": (~jnp.isfinite(loss)).astype(jnp.int32)}
+        return new_state, m
+
+    repl = NamedSharding(mesh, P())
+    batch_sh = NamedSharding(mesh, sharding.BATCH_SPEC)
+    return jax.jit(step_fn, in_shardings=(state_sharding, batch_sh), out_shardings=(state_sharding, repl),
+                   donate_argnums=0)
+
+
+def make_eval_step(config, model, num_classes, mesh, params_sharding):
+    """Jitted `(params, batch with "mask") -> {"correct", "loss", "count"}` sums over the real examples."""
+
+    def eval_fn(params, batch):
+        logits, _ = model.apply({"params": params}, batch["image"], train=False)
+        loss = optim.classification_loss(logits, batch["label"], num_classes, config.loss)
+        correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
+        w = batch["mask"]
+        return {"correct": (correct * w).sum(), "loss": (loss * w).sum(), "count": w.sum()}
+
+    batch_sh = NamedSharding(mesh, sharding.BATCH_SPEC)
+    return jax.jit(eval_fn, in_shardings=(params_sharding, batch_sh), out_shardings=NamedSharding(mesh, P()))
+
+
+def evaluate(eval_step, params, parts, mesh) -> dict:
+    """Top-1 accuracy and mean loss over the whole eval split: `{"eval/accuracy", "eval/loss"}`."""
+    total = None
+    for batch in pipeline.eval_batches(parts["eval_source"], parts["eval_pp"], parts["eval_per_host_batch"],
+                                       jax.process_index(), jax.process_count()):
+        out = eval_step(params, sharding.global_batch(batch, mesh))
+        total = out if total is None else jax.tree.map(jnp.add, total, out)
+    total = jax.device_get(total)
+    return {"eval/accuracy": total["correct"] / total["count"], "eval/loss": total["loss"] / total["count"]}
+
+
+def _write_config(config, workdir: str, step: int) -> None:
+    """Writes the resolved config to `workdir/config.json`; a different earlier one is kept as config.step<N>.json."""
+    path = os.path.join(workdir, "config.json")
+    text = config.to_json_best_effort(indent=2, sort_keys=True)
+    if os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
+        if old == text:
+            return
+        logging.warning("config differs from %s; keeping the old one as config.step%d.json", path, step)
+        os.replace(path, os.path.join(workdir, f"config.step{step}.json"))
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def train_and_evaluate(config, workdir: str, devices=None):
+    """Trains `config` in `workdir`, resuming from its latest checkpoint if there is one.
+
+    Args:
+      config: an `ml_collections.ConfigDict` as returned by a `configs/*.py` `get_config`.
+      workdir: run folder: `config.json`, `checkpoints/<step>/`, `metrics.jsonl`, `tensorboard/`.
+      devices: devices for the mesh (default: all).
+
+    Returns:
+      `(state, last_metrics)`: the final train state (`{"step", "params", "opt_state"}`) and the last logged
+      values (`"eval/accuracy"` … ).
+
+    Raises:
+      ValueError / FileNotFoundError: bad config or data, or a checkpoint that does not match the model.
+      FloatingPointError: the loss became NaN/inf; names the step range and the last good checkpoint.
+    """
+    jax.config.update("jax_threefry_partitionable", True)  # Same parameters from the same seed on any mesh.
+    parts = build(config, devices)
+    mesh, abstract_state = parts["mesh"], parts["abstract_state"]
+    state_sh = jax.tree.map(lambda s: s.sharding, abstract_state)
+    train_it = pipeline.train_iterator(
+        parts["train_source"], parts["train_pp"], parts["per_host_batch"], seed=config.seed,
+        process_index=jax.process_index(), process_count=jax.process_count(),
+        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 4))
+
+    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), config.get("keep_checkpoints", 3))
+    latest = ckpt.latest_step()
+    if latest is not None:
+        state = ckpt.restore(latest, abstract_state, train_it)  # Raises on a model mismatch, writing nothing.
+        logging.info("resuming from checkpoint %s (step %d of %d)", os.path.join(ckpt.directory, str(latest)),
+                     latest, config.total_steps)
+    else:
+        state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))
+        if config.get("init_from"):
+            params, src_step = checkpoint.load_params(config.init_from, abstract_state["params"])
+            state["params"] = params
+            logging.info("warm start: parameters from %s (step %d); optimizer state fresh", config.init_from,
+                         src_step)
+    if jax.process_index() == 0:
+        os.makedirs(workdir, exist_ok=True)
+        _write_config(config, workdir, latest or 0)
+
+    num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract_state["params"]))
+    logging.info("model %s: %s parameters (%.2f M); mesh %s; global batch %d (%d per host)",
+                 config.model.get("variant"), f"{num_params:,}", num_params / 1e6, dict(mesh.shape),
+                 config.batch_size, parts["per_host_batch"])
+
+    train_step = make_train_step(config, parts["model"], parts["tx"], parts["schedule"], parts["num_classes"],
+                                 mesh, state_sh)
+    eval_step = make_eval_step(config, parts["model"], parts["num_classes"], mesh, state_sh["params"])
+    writer = metrics_lib.MetricWriter(workdir, config.get("tensorboard", True))
+    preemption = _Preemption()
+    total = config.total_steps
+    log_every = config.get("log_every_steps", 50)
+    eval_every = config.get("eval_every_steps", 0)
+    ckpt_every = config.get("checkpoint_every_steps", 0)
+    examples_per_epoch = len(parts["train_source"])
+    step = int(jax.device_get(state["step"]))
+    last = {}
+    nonfinite = jnp.zeros((), jnp.int32)
+    checked_step = step  # Steps up to here are known to have finite losses.
+    t_log, step_log = time.time(), step
+
+    def check_finite(upto):
+        nonlocal checked_step
+        if int(jax.device_get(nonfinite)):
+            raise FloatingPointError(
+                f"the train loss became NaN or inf between steps {checked_step + 1} and {upto}; the last good "
+                f"checkpoint is step {ckpt.latest_step()} in {ckpt.directory}. Lower optim.lr or raise "
+                "optim.warmup_steps, then rerun to resume from it.")
+        checked_step = upto
+
+    try:
+        if step >= total:
+            logging.info("training already complete at step %d; evaluating the final parameters", step)
+        while step < total:
+            batch = sharding.global_batch(next(train_it), mesh)
+            state, m = train_step(state, batch)
+            nonfinite = nonfinite + m["nonfinite"]
+            step += 1
+            if step % log_every == 0 or step == total:
+                check_finite(step)
+                m = jax.device_get(m)
+                now = time.time()
+                ips = (step - step_log) * config.batch_size / max(now - t_log, 1e-9)
+                eta = (total - step) * config.batch_size / max(ips, 1e-9)
+                last = {"train/loss": m["loss"], "train/lr": m["lr"], "train/grad_norm": m["grad_norm"],
+                        "train/epoch": step * config.batch_size / examples_per_epoch, "train/images_per_sec": ips}
+                writer.write(step, last)
+                logging.info("step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.1f img/s, ETA %s", step, total,
+                             m["loss"], m["lr"], m["grad_norm"], ips, _format_eta(eta))
+                t_log, step_log = now, step
+            if eval_every and (step % eval_every == 0 or step == total):
+                ev = evaluate(eval_step, state["params"], parts, mesh)
+                writer.write(step, ev)
+                last.update(ev)
+                logging.info("step %d/%d: eval accuracy %.4f, eval loss %.4f", step, total, ev["eval/accuracy"],
+                             ev["eval/loss"])
+                t_log = time.time()  # Do not count evaluation time in images/s.
+            preempted = preemption.reached(step)
+            if (ckpt_every and step % ckpt_every == 0) or step == total or preempted:
+                check_finite(step)  # Never write a checkpoint of NaN parameters.
+                ckpt.save(step, state, train_it)
+            if preempted:
+                ckpt.wait()
+                logging.warning("pre-empted: saved checkpoint at step %d of %d; rerun the same command to resume",
+                                step, total)
+                break
+        if step >= total and "eval/accuracy" not in last:
+            ev = evaluate(eval_step, state["params"], parts, mesh)
+            writer.write(step, ev)
+            last.update(ev)
+            logging.info("final eval accuracy %.4f at step %d", ev["eval/accuracy"], step)
+    finally:
+        preemption.close()
+        ckpt.close()
+        writer.close()
+    if jax.process_index() == 0 and step >= total:
+        with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
+            json.dump({"step": step, **{k: float(v) for k, v in last.items()}}, f, indent=2)
+    return state, last
