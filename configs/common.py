@@ -47,6 +47,7 @@ def base() -> ml_collections.ConfigDict:
     c.data.eval_split = "test"
     c.data.image_size = 224           # pixels (square)
     c.data.num_classes = 0            # 0: as found in the data; else checked against it
+    c.data.eval_examples = 0          # 0: the whole eval split; N: N examples spread evenly over it
     c.data.num_threads = 2            # grain reader threads per host
     c.data.prefetch = 4               # grain prefetch buffer (examples)
 
@@ -88,3 +89,71 @@ def parse_arg(arg: str, **defaults) -> ml_collections.ConfigDict:
         else:
             out[key] = type(defaults[key])(value) if not isinstance(defaults[key], bool) else value == "True"
     return out
+
+
+# Train/eval splits and sizes of the pretraining datasets the vit_*.py recipes know (TFDS names).
+PRETRAIN_DATA = {
+    # name: (tfds name, train split, eval split, train examples, classes, loss)
+    "i1k": ("imagenet2012", "train[:99%]", "train[99%:]", 1_268_356, 1000, "sigmoid_xent"),
+    "i21k": ("imagenet21k", "full[51200:]", "full[:51200]", 13_100_000, 21843, "sigmoid_xent"),
+}
+
+
+def pretrain(variant: str, arg=None) -> ml_collections.ConfigDict:
+    """ImageNet-21k / JFT-style ViT pretraining recipe (Dosovitskiy et al. 2021 §4.1, Table 3; big_vision).
+
+    Adam (b1 0.9, b2 0.999), batch 4096, lr 1e-3 with 10k linear warmup and linear decay, weight decay 0.1 in the
+    paper's (and optax's) lr-coupled convention, global-norm clipping at 1, sigmoid cross-entropy with head bias −10,
+    dropout 0.1 for L and H, inception crop + flip at 224 px; 300 epochs of ImageNet-1k or 90 of ImageNet-21k.
+    L and H shard parameters and optimizer state over all devices (FSDP).
+
+    Arguments (`file.py:arg`, comma-separated): `data=i1k|i21k` (TFDS, default i1k, i.e. the 1000-class head the
+    parameter counts refer to), `folder=PATH` (an image folder root/{train,test}/<class>/ instead, e.g. a prepared
+    JFT-style set), `runlocal` (2 steps of batch 2 on 224-px images from an image folder, for this CPU;
+    default folder `data/imagenet-sample` with the same folder for train and eval).
+    """
+    a = parse_arg(arg, data="i1k", folder="", runlocal=False)
+    if a.data not in PRETRAIN_DATA:
+        raise ValueError(f"config argument data={a.data!r} is not one of {sorted(PRETRAIN_DATA)}")
+    name, train_split, eval_split, n_train, classes, loss = PRETRAIN_DATA[a.data]
+    epochs = 300 if a.data == "i1k" else 90
+    size = variant.split("/")[0]
+    c = base()
+    c.batch_size = 4096
+    c.total_steps = round(epochs * n_train / c.batch_size)
+    c.log_every_steps = 100
+    c.eval_every_steps = 10_000
+    c.checkpoint_every_steps = 2_000
+    c.loss = loss
+    c.model.variant = variant
+    c.model.head_bias_init = -10.0
+    c.model.dropout = 0.1 if size in ("L", "H") else 0.0
+    if size in ("L", "H"):
+        c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1))
+    c.data.source, c.data.name = "tfds", name
+    c.data.train_split, c.data.eval_split = train_split, eval_split
+    c.data.image_size = 224
+    c.data.num_classes = classes
+    c.pp.train_crop = "inception"
+    c.pp.crop_area_min = 0.05
+    c.pp.eval_crop_fraction = 0.875
+    c.optim.lr = 1e-3
+    c.optim.warmup_steps = 10_000
+    c.optim.schedule = "linear"
+    c.optim.weight_decay = 0.1
+    c.optim.grad_clip_norm = 1.0
+    if a.folder or a.runlocal:
+        c.data.source, c.data.name = "folder", ""
+        c.data.root = a.folder or "data/imagenet-sample"
+        c.data.num_classes = 0  # As many as the folder has.
+        if a.runlocal and not a.folder:
+            c.data.train_split = c.data.eval_split = "."
+        else:
+            c.data.train_split, c.data.eval_split = "train", "test"
+    if a.runlocal:
+        c.total_steps, c.batch_size, c.eval_batch_size = 2, 2, 2
+        c.data.eval_examples = 2
+        c.log_every_steps, c.eval_every_steps, c.checkpoint_every_steps = 1, 0, 0
+        c.optim.warmup_steps = 1
+        c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1))  # one device: batch 2 splits no further
+    return c

@@ -184,3 +184,24 @@ def get_source(data_config, split: str, class_names: Sequence[str] | None = None
             raise ValueError("data.source='tfds' needs data.name, e.g. 'cifar100'")
         return TfdsSource(data_config.name, split, data_config.get("root") or None)
     raise ValueError(f"data.source {kind!r} is not one of 'digits', 'folder', 'tfds'")
+
+
+class Subset:
+    """The examples `indices` of `source`, in that order (same interface as the source)."""
+
+    def __init__(self, source, indices):
+        self.source, self.indices = source, np.asarray(indices, np.int64)
+        self.num_classes, self.class_names = source.num_classes, source.class_names
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        return self.source[int(self.indices[i])]
+
+
+def evenly_spaced(source, n: int):
+    """`n` examples spread evenly over `source` (all of it if n is 0 or ≥ its length); deterministic."""
+    if not n or n >= len(source):
+        return source
+    return Subset(source, np.linspace(0, len(source) - 1, n).round().astype(np.int64))

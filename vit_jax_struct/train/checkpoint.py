@@ -56,6 +56,11 @@ def check_tree_match(expected, found, where: str, what: str = "params") -> None:
         "Use another workdir, or the model config the checkpoint was written with.")
 
 
+def _item_handlers():
+    # Named handlers, so metadata of a checkpoint written by another process can be read before restoring.
+    return {"state": ocp.StandardCheckpointHandler(), "data": grain.checkpoint.CheckpointHandler()}
+
+
 class Checkpointer:
     """Saves/restores `(train state, data iterator)` under `directory` with an Orbax `CheckpointManager`.
 
@@ -68,7 +73,7 @@ class Checkpointer:
     def __init__(self, directory: str, keep: int | None = 3, async_save: bool = True):
         self.directory = os.path.abspath(directory)
         self.manager = ocp.CheckpointManager(
-            self.directory, options=ocp.CheckpointManagerOptions(
+            self.directory, item_handlers=_item_handlers(), options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep, enable_async_checkpointing=async_save, create=True))
 
     def latest_step(self) -> int | None:
@@ -124,7 +129,8 @@ def load_params(path: str, abstract_params):
         directory, step = path, None
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"config.init_from {path!r}: no such checkpoint folder")
-    mngr = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+    mngr = ocp.CheckpointManager(directory, item_handlers=_item_handlers(),
+                                 options=ocp.CheckpointManagerOptions(read_only=True, create=False))
     step = mngr.latest_step() if step is None else step
     if step is None:
         raise FileNotFoundError(f"config.init_from {path!r}: no checkpoint found in {directory}")

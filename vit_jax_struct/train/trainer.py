@@ -83,7 +83,9 @@ def build(config, devices=None):
         raise ValueError(f"config.total_steps {config.total_steps} must be positive")
     data = config.data
     train_source = sources.get_source(data, data.train_split)
-    eval_source = sources.get_source(data, data.eval_split, getattr(train_source, "class_names", None))
+    eval_source = sources.evenly_spaced(
+        sources.get_source(data, data.eval_split, getattr(train_source, "class_names", None)),
+        data.get("eval_examples", 0))
     num_classes = train_source.num_classes
     if data.get("num_classes") and data.num_classes != num_classes:
         raise ValueError(f"config.data.num_classes {data.num_classes} differs from the {num_classes} classes "

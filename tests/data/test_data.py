@@ -1,0 +1,127 @@
+"""Data sources, preprocessing and the grain pipelines."""
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import write_image_folder
+from vit_jax_struct.data import pipeline, preprocess, sources
+
+
+def test_digits_split_is_fixed_stratified_and_disjoint():
+    tr, te = sources.DigitsSource("train"), sources.DigitsSource("test")
+    assert (len(tr), len(te)) == (1437, 360)
+    assert tr[0]["image"].shape == (8, 8, 3) and tr[0]["image"].dtype == np.uint8
+    assert np.bincount(te.labels).min() >= 35  # stratified: 36 ± 1 per class
+    train_set = {tr.images[i].tobytes() for i in range(len(tr))}
+    assert sum(te.images[i].tobytes() in train_set for i in range(len(te))) < 5  # only true duplicates
+    np.testing.assert_array_equal(sources.DigitsSource("test").labels, te.labels)
+
+
+def test_image_folder_labels_and_colour_modes(tmp_path):
+    root = write_image_folder(tmp_path, splits=("train",), classes=("b", "a"), per_class=2)
+    Image.fromarray(np.full((5, 7), 200, np.uint8), "L").save(os.path.join(root, "train", "a", "grey.png"))
+    Image.fromarray(np.full((5, 7, 4), 9, np.uint8), "RGBA").save(os.path.join(root, "train", "b", "rgba.png"))
+    src = sources.ImageFolderSource(root, "train")
+    assert src.class_names == ["a", "b"] and src.num_classes == 2
+    assert list(src.labels) == [0, 0, 0, 1, 1, 1]
+    grey = src[src.paths.index(os.path.join(root, "train", "a", "grey.png"))]
+    assert grey["image"].shape == (5, 7, 3) and (grey["image"] == 200).all() and grey["label"] == 0
+    rgba = src[src.paths.index(os.path.join(root, "train", "b", "rgba.png"))]
+    assert rgba["image"].shape == (5, 7, 3) and (rgba["image"] == 9).all()
+
+
+def test_image_folder_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"data.root '.*nowhere' does not exist"):
+        sources.ImageFolderSource(str(tmp_path / "nowhere"), "train")
+    root = write_image_folder(tmp_path / "f", splits=("train", "test"), classes=("a", "b"), per_class=1)
+    os.makedirs(os.path.join(root, "train", "empty"))
+    with pytest.raises(ValueError, match=r"class folder '.*train/empty' has no images"):
+        sources.ImageFolderSource(root, "train")
+    os.rmdir(os.path.join(root, "train", "empty"))
+    with pytest.raises(ValueError, match=r"missing \['c'\], extra \[\]"):
+        sources.ImageFolderSource(root, "test", class_names=["a", "b", "c"])
+    bad = os.path.join(root, "train", "a", "corrupt.jpg")
+    with open(bad, "wb") as f:
+        f.write(b"\xff\xd8 this is not a jpeg")
+    src = sources.ImageFolderSource(root, "train")
+    with pytest.raises(ValueError, match=r"cannot decode image file '.*corrupt.jpg'"):
+        src[src.paths.index(bad)]
+
+
+def test_eval_preprocess_value_range_and_center_crop():
+    img = np.zeros((4, 6, 3), np.uint8)
+    img[:, 1:5] = 255  # the central 4x4 square is white, the side columns black
+    out = preprocess.EvalPreprocess(4, crop_fraction=1.0)({"image": img, "label": 3})
+    np.testing.assert_array_equal(out["image"], 1.0)
+    assert out["label"] == 3
+    same = preprocess.EvalPreprocess(6, 1.0)({"image": np.full((6, 6, 3), 0, np.uint8), "label": 0})
+    np.testing.assert_array_equal(same["image"], -1.0)
+
+
+def test_train_preprocess_crops():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        x0, y0, x1, y1 = preprocess.inception_crop_box(40, 60, rng, area_range=(0.3, 1.0))
+        assert 0 <= x0 < x1 <= 60 and 0 <= y0 < y1 <= 40
+        assert (x1 - x0) * (y1 - y0) >= 0.3 * 2400 * 0.9
+    img = np.arange(16, dtype=np.uint8).reshape(4, 4, 1).repeat(3, -1) * 10
+    tp = preprocess.TrainPreprocess(4, crop="pad", pad=1, flip=False, value_range=(0.0, 255.0))
+    out = tp({"image": img, "label": 1}, np.random.default_rng(3))["image"][..., 0]
+    # A padded random crop is a shifted copy: every non-padding value appears in img at the same offset.
+    assert set(out.flatten()) <= set(img[..., 0].flatten()) | {0}
+    with pytest.raises(ValueError, match=r"pp.train_crop 'random' is not one of"):
+        preprocess.TrainPreprocess(4, crop="random")
+
+
+def test_train_iterator_is_deterministic_and_resumes_exactly():
+    src = sources.DigitsSource("train")
+    tp = preprocess.TrainPreprocess(8, "pad", pad=1, flip=True)
+    a = pipeline.train_iterator(src, tp, 16, seed=7)
+    batches = [next(a) for _ in range(5)]
+    b = pipeline.train_iterator(src, tp, 16, seed=7)
+    for _ in range(2):
+        next(b)
+    state = b.get_state()
+    c = pipeline.train_iterator(src, tp, 16, seed=7)
+    c.set_state(state)
+    for ref in batches[2:]:
+        got = next(c)
+        np.testing.assert_array_equal(got["image"], ref["image"])
+        np.testing.assert_array_equal(got["label"], ref["label"])
+    other = next(pipeline.train_iterator(src, tp, 16, seed=8))
+    assert not np.array_equal(other["label"], batches[0]["label"])
+
+
+def test_hosts_read_disjoint_shards_of_one_stream():
+    src = sources.Subset(sources.DigitsSource("train"), np.arange(40))
+    ident = lambda r, rng: {"image": r["image"].astype(np.float32), "label": np.int32(r["label"])}
+    ids = lambda it, n: [next(it)["image"][:, 0, 0, 0].tolist() for _ in range(n)]
+    one = sum(ids(pipeline.train_iterator(src, ident, 4, seed=0), 5), [])
+    h0 = sum(ids(pipeline.train_iterator(src, ident, 2, 0, process_index=0, process_count=2), 5), [])
+    h1 = sum(ids(pipeline.train_iterator(src, ident, 2, 0, process_index=1, process_count=2), 5), [])
+    assert h0 == one[0::2] and h1 == one[1::2]
+
+
+def test_eval_batches_cover_every_example_once_across_hosts():
+    src = sources.DigitsSource("test")  # 360 examples
+    ep = preprocess.EvalPreprocess(8, 1.0)
+    seen = []
+    counts = []
+    for host in range(3):
+        batches = list(pipeline.eval_batches(src, ep, 50, process_index=host, process_count=3))
+        counts.append(len(batches))
+        for b in batches:
+            assert b["image"].shape == (50, 8, 8, 3)
+            seen += b["label"][b["mask"] > 0].tolist()
+    assert counts == [3, 3, 3]  # 120 per host -> 3 batches of 50 each, equal on every host
+    assert sorted(seen) == sorted(src.labels.tolist())
+
+
+def test_evenly_spaced_subset():
+    src = sources.DigitsSource("test")
+    sub = sources.evenly_spaced(src, 4)
+    assert list(sub.indices) == [0, 120, 239, 359]
+    assert sources.evenly_spaced(src, 0) is src

@@ -1,0 +1,82 @@
+"""Every config file builds and trains: small ones as they are, large ones through their `runlocal` argument."""
+
+import glob
+import importlib.util
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import apply_overrides, write_image_folder
+from vit_jax_struct.models import get_model
+from vit_jax_struct.train import metrics, trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "configs", "**", "*.py"),
+                                                                  recursive=True)
+                      if not os.path.basename(p).startswith(("_", "common")))
+# How each config file is exercised here: (argument, needs an image folder of this size, extra overrides).
+RUNS = {
+    "configs/default.py": (None, None, {"total_steps": 2, "eval_every_steps": 0, "optim.warmup_steps": 1,
+                                        "data.eval_examples": 64}),
+    "configs/cifar10_vit.py": ("runlocal", 32, {}),
+    "configs/vit_ti16.py": ("runlocal", 224, {}),
+    "configs/vit_s16.py": ("runlocal", 224, {}),
+    "configs/vit_b16.py": ("runlocal", 224, {}),
+    "configs/vit_l16.py": ("runlocal", 224, {"total_steps": 1}),
+    "configs/vit_h14.py": ("runlocal", 224, {"total_steps": 1}),
+}
+
+
+def load(path, arg=None):
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], os.path.join(ROOT, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+def test_every_config_file_is_exercised():
+    assert set(CONFIG_FILES) == set(RUNS), "add the new config to RUNS so it is built and run here"
+
+
+@pytest.mark.parametrize("path", sorted(RUNS))
+def test_config_builds_and_trains(path, tmp_path):
+    arg, folder_size, overrides = RUNS[path]
+    c = load(path, arg)
+    if folder_size:
+        root = write_image_folder(tmp_path / "data", splits=("train", "test"), classes=("a", "b"), per_class=2,
+                                  size=folder_size)
+        c.data.root = root
+        if c.data.train_split == ".":  # runlocal reads one folder for both splits
+            c.data.root = os.path.join(root, "train")
+        c.data.num_classes = 0
+    c.tensorboard = False
+    apply_overrides(c, overrides)
+    state, last = trainer.train_and_evaluate(c, str(tmp_path / "run"))
+    assert int(state["step"]) == c.total_steps
+    losses = [r["train/loss"] for r in metrics.read_metrics(str(tmp_path / "run")) if "train/loss" in r]
+    assert losses and np.isfinite(losses).all()
+    assert 0.0 <= last["eval/accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("path,millions", [("configs/vit_l16.py", 304.33), ("configs/vit_h14.py", 632.05),
+                                           ("configs/vit_b16.py", 86.57)])
+def test_full_scale_configs_report_paper_sizes(path, millions):
+    c = load(path)
+    assert c.batch_size == 4096 and c.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0
+    assert c.optim.warmup_steps == 10_000 and c.optim.lr == 1e-3
+    model = get_model(c.model, c.data.num_classes)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), np.zeros((1, 224, 224, 3), np.float32)))
+    n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+    assert n / 1e6 == pytest.approx(millions, rel=1e-3)
+
+
+def test_large_configs_use_dropout_and_fsdp():
+    for path in ("configs/vit_l16.py", "configs/vit_h14.py"):
+        c = load(path)
+        assert c.model.dropout == 0.1 and dict(c.mesh) == {"data": 1, "fsdp": -1}
+    assert load("configs/vit_b16.py").model.dropout == 0.0
+    with pytest.raises(ValueError, match=r"config argument 'runlcoal' is not one of"):
+        load("configs/vit_l16.py", "runlcoal")
+    assert load("configs/vit_l16.py", "data=i21k").data.num_classes == 21843

@@ -1,0 +1,175 @@
+"""End-to-end training: bitwise resume after SIGTERM, meshes, resharded restores, warm start, bad input."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import tiny_config, write_image_folder
+from vit_jax_struct.data import pipeline
+from vit_jax_struct.train import checkpoint, metrics, trainer
+from vit_jax_struct.train.sharding import tree_paths
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _losses(workdir):
+    return {r["step"]: r["train/loss"] for r in metrics.read_metrics(workdir) if "train/loss" in r}
+
+
+def _snapshot(folder):
+    out = {}
+    for d, _, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(d, f)
+            out[p] = (os.path.getsize(p), os.path.getmtime(p))
+    return out
+
+
+def test_sigterm_then_rerun_resumes_bitwise(tmp_path, monkeypatch, caplog):
+    cfg = tiny_config(total_steps=10, checkpoint_every_steps=4, eval_every_steps=5)
+    state_a, last_a = trainer.train_and_evaluate(cfg, str(tmp_path / "a"))
+
+    original_save = checkpoint.Checkpointer.save
+    sent = []
+
+    def save_then_sigterm(self, step, state, it):  # pre-emption notice right after the first checkpoint
+        original_save(self, step, state, it)
+        if not sent:
+            sent.append(step)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_sigterm)
+    state_b1, _ = trainer.train_and_evaluate(cfg, str(tmp_path / "b"))
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", original_save)
+    assert sent == [4] and int(state_b1["step"]) == 5  # stopped one step after the SIGTERM, checkpointed there
+    assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["4", "5"]
+
+    with caplog.at_level(logging.INFO):
+        state_b, last_b = trainer.train_and_evaluate(cfg, str(tmp_path / "b"))
+    assert "resuming from checkpoint" in caplog.text and "(step 5 of 10)" in caplog.text
+    la, lb = _losses(tmp_path / "a"), _losses(tmp_path / "b")
+    assert sorted(la) == list(range(1, 11)) and sorted(lb) == sorted(la)
+    assert all(la[s] == lb[s] for s in la), {s: (la[s], lb[s]) for s in la if la[s] != lb[s]}
+    assert checkpoint.params_equal(state_a["params"], state_b["params"])
+    assert last_a["eval/accuracy"] == last_b["eval/accuracy"]
+
+
+def test_fsdp_mesh_trains_and_init_is_mesh_independent(tmp_path):
+    one = tiny_config(batch_size=16)
+    eight = tiny_config(batch_size=16, **{"mesh.data": 2, "mesh.fsdp": 4})
+    p1 = trainer.build(one)["init_state"](jax.random.key(3))["params"]
+    built = trainer.build(eight)
+    p8 = built["init_state"](jax.random.key(3))["params"]
+    assert checkpoint.params_equal(p1, p8)  # partitionable threefry: same parameters on any mesh
+    specs = [leaf.sharding.spec for leaf in jax.tree.leaves(p8)]
+    assert any("fsdp" in tuple(s) for s in specs)
+    state1, _ = trainer.train_and_evaluate(one, str(tmp_path / "one"))
+    state8, _ = trainer.train_and_evaluate(eight, str(tmp_path / "eight"))
+    l1, l8 = _losses(tmp_path / "one"), _losses(tmp_path / "eight")
+    np.testing.assert_allclose([l8[s] for s in sorted(l8)], [l1[s] for s in sorted(l1)], rtol=1e-4)
+    assert state8["params"]["Transformer"]["encoderblock_0"]["MlpBlock_3"]["Dense_0"]["kernel"].sharding.spec \
+        == jax.sharding.PartitionSpec(None, "fsdp")
+
+
+@pytest.mark.parametrize("write_mesh,read_mesh", [((2, 4), (1, 1)), ((1, 1), (2, 4))])
+def test_checkpoint_restores_on_another_device_count(tmp_path, write_mesh, read_mesh):
+    mesh = lambda m: {"mesh.data": m[0], "mesh.fsdp": m[1]}
+    wcfg = tiny_config(total_steps=2, **mesh(write_mesh))
+    state, _ = trainer.train_and_evaluate(wcfg, str(tmp_path))
+    rcfg = tiny_config(total_steps=2, **mesh(read_mesh))
+    parts = trainer.build(rcfg)
+    it = pipeline.train_iterator(parts["train_source"], parts["train_pp"], parts["per_host_batch"], rcfg.seed)
+    ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
+    restored = ckpt.restore(2, parts["abstract_state"], it)
+    ckpt.close()
+    assert int(restored["step"]) == 2 and it.get_state() == {"next_index": 2}
+    assert checkpoint.params_equal(state["params"], restored["params"])
+    assert checkpoint.params_equal(state["opt_state"], restored["opt_state"])
+    n_devices = {leaf.sharding.mesh.devices.size for leaf in jax.tree.leaves(restored["params"])}
+    assert n_devices == {read_mesh[0] * read_mesh[1]}
+
+
+def test_checkpoint_of_another_model_size_is_rejected_and_left_intact(tmp_path):
+    trainer.train_and_evaluate(tiny_config(total_steps=2), str(tmp_path))
+    before = _snapshot(tmp_path)
+    with pytest.raises(ValueError, match=r"first mismatch at 'params/.*': checkpoint shape \(.*32.*\) vs model "
+                                         r"shape \(.*48.*\)"):
+        trainer.train_and_evaluate(tiny_config(total_steps=4, **{"model.width": 48}), str(tmp_path))
+    assert _snapshot(tmp_path) == before
+
+
+def test_bad_input_fails_before_writing(tmp_path, image_folder):
+    wd = tmp_path / "w"
+    with pytest.raises(ValueError, match=r"config.batch_size 12 is not divisible by the number of devices 8"):
+        trainer.train_and_evaluate(tiny_config(batch_size=12, **{"mesh.data": -1}), str(wd))
+    with pytest.raises(FileNotFoundError, match=r"data.root '/no/such/folder' does not exist"):
+        trainer.train_and_evaluate(tiny_config(**{"data.source": "folder", "data.root": "/no/such/folder"}), str(wd))
+    with pytest.raises(ValueError, match=r"image size 10x10 is not divisible by the patch size 4"):
+        trainer.train_and_evaluate(tiny_config(**{"data.image_size": 10}), str(wd))
+    with pytest.raises(ValueError, match=r"model.variant 'Q/4' is not one of"):
+        trainer.train_and_evaluate(tiny_config(**{"model.variant": "Q/4"}), str(wd))
+    os.makedirs(os.path.join(image_folder, "train", "empty"))
+    with pytest.raises(ValueError, match=r"class folder '.*empty' has no images"):
+        trainer.train_and_evaluate(tiny_config(**{"data.source": "folder", "data.root": image_folder,
+                                                  "data.num_classes": 0}), str(wd))
+    assert not wd.exists()
+
+
+def test_corrupt_image_stops_training_naming_the_file(tmp_path):
+    root = write_image_folder(tmp_path / "data", classes=("a", "b"), per_class=4, size=8)
+    bad = os.path.join(root, "train", "a", "zz_corrupt.jpg")
+    with open(bad, "wb") as f:
+        f.write(b"not an image")
+    cfg = tiny_config(total_steps=4, batch_size=8, **{"data.source": "folder", "data.root": root,
+                                                      "data.num_classes": 0})
+    with pytest.raises(Exception, match=r"cannot decode image file '.*zz_corrupt.jpg'"):
+        trainer.train_and_evaluate(cfg, str(tmp_path / "w"))
+
+
+def test_nan_loss_stops_with_the_step_range_and_no_nan_checkpoint(tmp_path):
+    cfg = tiny_config(total_steps=20, checkpoint_every_steps=1, log_every_steps=5,
+                      **{"optim.lr": 1e30, "optim.warmup_steps": 0, "optim.grad_clip_norm": 0.0})
+    with pytest.raises(FloatingPointError, match=r"NaN or inf between steps \d+ and \d+; the last good checkpoint"):
+        trainer.train_and_evaluate(cfg, str(tmp_path))
+    ckpts = [int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit()]
+    parts = trainer.build(cfg)
+    it = pipeline.train_iterator(parts["train_source"], parts["train_pp"], parts["per_host_batch"], 0)
+    ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
+    for s in ckpts:
+        st = ckpt.restore(s, parts["abstract_state"], it)
+        assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(st["params"]))
+    ckpt.close()
+
+
+def test_init_from_warm_starts_parameters_only(tmp_path):
+    src, _ = trainer.train_and_evaluate(tiny_config(total_steps=3), str(tmp_path / "src"))
+    cfg = tiny_config(total_steps=1, init_from=str(tmp_path / "src"),
+                      **{"optim.lr": 0.0, "optim.warmup_steps": 0, "optim.schedule": "constant"})
+    warm, _ = trainer.train_and_evaluate(cfg, str(tmp_path / "warm"))
+    assert checkpoint.params_equal(src["params"], warm["params"])  # lr 0: the loaded parameters, unchanged
+    assert int(warm["step"]) == 1
+    bad = tiny_config(total_steps=1, init_from=str(tmp_path / "src"), **{"model.depth": 2, "optim.warmup_steps": 0})
+    with pytest.raises(ValueError, match=r"first mismatch at 'params/Transformer/encoderblock_1/.*in the model"):
+        trainer.train_and_evaluate(bad, str(tmp_path / "bad"))
+
+
+def test_cli_unknown_config_key_fails_with_its_name(tmp_path):
+    r = subprocess.run([sys.executable, "main.py", "--config=configs/default.py", "--config.model.widht=3",
+                        f"--workdir={tmp_path}/w"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "widht" in r.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_default_workdir_names():
+    sys.path.insert(0, ROOT)
+    import main
+
+    assert main.default_workdir("configs/vit_l16.py:runlocal") == os.path.join("runs", "vit_l16_runlocal")
+    assert main.default_workdir("configs/default.py") == os.path.join("runs", "default")
+    assert tree_paths({"a": {"b": 1}}) == ["a/b"]
