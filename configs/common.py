@@ -48,8 +48,8 @@ def base() -> ml_collections.ConfigDict:
     c.data.image_size = 224           # pixels (square)
     c.data.num_classes = 0            # 0: as found in the data; else checked against it
     c.data.eval_examples = 0          # 0: the whole eval split; N: N examples spread evenly over it
-    c.data.num_threads = 2            # grain reader threads per host
-    c.data.prefetch = 4               # grain prefetch buffer (examples)
+    c.data.num_threads = 2            # grain reader threads per host (decode + augment)
+    c.data.prefetch = 256             # grain prefetch buffer (examples)
 
     c.pp = ml_collections.ConfigDict()
     c.pp.train_crop = "inception"     # "inception" | "pad" | "none"

@@ -5,9 +5,9 @@ import os
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from PIL import Image  # noqa: E402
+import numpy as np
+import pytest
+from PIL import Image
 
 
 def write_image_folder(root, splits=("train", "test"), classes=("cat", "dog", "frog"), per_class=4, size=12,

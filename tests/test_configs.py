@@ -62,6 +62,17 @@ def test_config_builds_and_trains(path, tmp_path):
 
 @pytest.mark.parametrize("path,millions", [("configs/vit_l16.py", 304.33), ("configs/vit_h14.py", 632.05),
                                            ("configs/vit_b16.py", 86.57)])
+def test_cifar_config_trains_from_tfds(tmp_path):
+    import tensorflow_datasets as tfds
+
+    c = load("configs/cifar10_vit.py", "tfds=cifar100,runlocal")
+    assert (c.data.source, c.data.name, c.data.num_classes) == ("tfds", "cifar100", 100)
+    c.tensorboard = False
+    with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
+        state, last = trainer.train_and_evaluate(c, str(tmp_path))
+    assert int(state["step"]) == 2 and 0.0 <= last["eval/accuracy"] <= 1.0
+
+
 def test_full_scale_configs_report_paper_sizes(path, millions):
     c = load(path)
     assert c.batch_size == 4096 and c.loss == "sigmoid_xent" and c.model.head_bias_init == -10.0

@@ -98,10 +98,10 @@ def test_train_iterator_is_deterministic_and_resumes_exactly():
 def test_hosts_read_disjoint_shards_of_one_stream():
     src = sources.Subset(sources.DigitsSource("train"), np.arange(40))
     ident = lambda r, rng: {"image": r["image"].astype(np.float32), "label": np.int32(r["label"])}
-    ids = lambda it, n: [next(it)["image"][:, 0, 0, 0].tolist() for _ in range(n)]
-    one = sum(ids(pipeline.train_iterator(src, ident, 4, seed=0), 5), [])
-    h0 = sum(ids(pipeline.train_iterator(src, ident, 2, 0, process_index=0, process_count=2), 5), [])
-    h1 = sum(ids(pipeline.train_iterator(src, ident, 2, 0, process_index=1, process_count=2), 5), [])
+    ids = lambda it, n: np.concatenate([next(it)["image"][:, 0, 0, 0] for _ in range(n)]).tolist()
+    one = ids(pipeline.train_iterator(src, ident, 4, seed=0), 5)
+    h0 = ids(pipeline.train_iterator(src, ident, 2, 0, process_index=0, process_count=2), 5)
+    h1 = ids(pipeline.train_iterator(src, ident, 2, 0, process_index=1, process_count=2), 5)
     assert h0 == one[0::2] and h1 == one[1::2]
 
 
@@ -125,3 +125,15 @@ def test_evenly_spaced_subset():
     sub = sources.evenly_spaced(src, 4)
     assert list(sub.indices) == [0, 120, 239, 359]
     assert sources.evenly_spaced(src, 0) is src
+
+
+def test_tfds_source_reads_a_prepared_dataset_and_explains_a_missing_one(tmp_path):
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
+        src = sources.TfdsSource("cifar100", "train")
+        assert (len(src), src.num_classes) == (6, 100)
+        r = src[0]
+        assert r["image"].shape == (32, 32, 3) and r["image"].dtype == np.uint8 and 0 <= r["label"] < 100
+    with pytest.raises(ValueError, match=r"TFDS dataset 'cifar10' split 'train' is not prepared as array_record"):
+        sources.TfdsSource("cifar10", "train", data_dir=str(tmp_path))

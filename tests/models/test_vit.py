@@ -98,3 +98,17 @@ def test_bad_input_errors():
         get_model(dict(variant="mu/4", widht=3), 10)
     with pytest.raises(ValueError, match=r"model.classifier 'cls' is not one of 'token', 'gap'"):
         get_model(dict(variant="mu/4", classifier="cls"), 10).init(jax.random.key(0), jnp.zeros((1, 8, 8, 3)))
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+    x = jax.random.normal(jax.random.key(1), (2, 8, 8, 3))
+    m32 = get_model(dict(variant="mu/4", head_bias_init=0.5), 3)
+    m16 = get_model(dict(variant="mu/4", head_bias_init=0.5, dtype="bfloat16"), 3)
+    variables = m32.init(jax.random.key(0), x)
+    assert {p.dtype for p in jax.tree.leaves(m16.init(jax.random.key(0), x))} == {jnp.dtype("float32")}
+    _, o32 = m32.apply(variables, x)
+    l16, o16 = m16.apply(variables, x)
+    assert l16.dtype == jnp.float32 and o16["block00"].dtype == jnp.bfloat16
+    np.testing.assert_allclose(o16["pre_logits"].astype(np.float32), o32["pre_logits"], atol=0.1)
+    with pytest.raises(ValueError, match=r"model.dtype 'float8' is not one of"):
+        get_model(dict(variant="mu/4", dtype="float8"), 3)

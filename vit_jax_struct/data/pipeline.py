@@ -16,7 +16,7 @@ import numpy as np
 
 
 def train_iterator(source, preprocess, per_host_batch: int, seed: int, process_index: int = 0,
-                   process_count: int = 1, num_threads: int = 2, prefetch: int = 4):
+                   process_count: int = 1, num_threads: int = 2, prefetch: int = 256):
     """Infinite iterator of host-local train batches `{"image": float32 [b, S, S, 3], "label": int32 [b]}`.
 
     Args:
@@ -25,16 +25,16 @@ def train_iterator(source, preprocess, per_host_batch: int, seed: int, process_i
       per_host_batch: examples per batch on this host (global batch / process count).
       seed: shuffle and augmentation seed (derived from `config.seed`).
       process_index, process_count: this host's shard of the global stream.
-      num_threads, prefetch: grain read threads and prefetch buffer (examples).
+      num_threads, prefetch: grain reader threads and their prefetch buffer (examples).
 
     Returns:
       a `grain.DatasetIterator` (supports `get_state`/`set_state`).
     """
     ds = grain.MapDataset.source(source).seed(seed).shuffle().repeat(None)
-    ds = ds[process_index::process_count]
-    ds = ds.random_map(preprocess).batch(per_host_batch, drop_remainder=True)
+    ds = ds[process_index::process_count].random_map(preprocess)
+    # Threads read and augment single examples in parallel; batching happens after them.
     opts = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
-    return iter(ds.to_iter_dataset(opts))
+    return iter(ds.to_iter_dataset(opts).batch(per_host_batch, drop_remainder=True))
 
 
 def eval_batches(source, preprocess, per_host_batch: int, process_index: int = 0, process_count: int = 1,
@@ -47,16 +47,16 @@ def eval_batches(source, preprocess, per_host_batch: int, process_index: int = 0
     n_local = math.ceil(len(source) / process_count)
     n_batches = math.ceil(n_local / per_host_batch)
     ds = grain.MapDataset.source(source)[process_index::process_count].map(preprocess)
-    ds = ds.batch(per_host_batch, drop_remainder=False)
-    it = iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads)))
+    opts = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4 * per_host_batch)
+    it = iter(ds.to_iter_dataset(opts).batch(per_host_batch, drop_remainder=False))
     shape = None
     for _ in range(n_batches):
         batch = next(it, None)
         if batch is None:  # This host ran out before the others: an all-padding batch.
-            batch = {"image": np.zeros((0,) + shape, np.float32), "label": np.zeros((0,), np.int32)}
+            batch = {"image": np.zeros((0, *shape), np.float32), "label": np.zeros((0,), np.int32)}
         shape = batch["image"].shape[1:]
         n = len(batch["label"])
         pad = per_host_batch - n
-        yield {"image": np.concatenate([batch["image"], np.zeros((pad,) + shape, np.float32)]),
+        yield {"image": np.concatenate([batch["image"], np.zeros((pad, *shape), np.float32)]),
                "label": np.concatenate([batch["label"], np.zeros((pad,), np.int32)]),
                "mask": np.concatenate([np.ones((n,), np.float32), np.zeros((pad,), np.float32)])}

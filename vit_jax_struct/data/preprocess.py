@@ -35,8 +35,8 @@ def inception_crop_box(h: int, w: int, rng: np.random.Generator, area_range=(0.0
     for _ in range(attempts):
         target = area * rng.uniform(*area_range)
         ratio = math.exp(rng.uniform(*log_ratio))
-        cw = int(round(math.sqrt(target * ratio)))
-        ch = int(round(math.sqrt(target / ratio)))
+        cw = round(math.sqrt(target * ratio))
+        ch = round(math.sqrt(target / ratio))
         if 0 < cw <= w and 0 < ch <= h:
             x0 = int(rng.integers(0, w - cw + 1))
             y0 = int(rng.integers(0, h - ch + 1))

@@ -22,7 +22,7 @@ Every model returns `(logits, out)`: `out` holds named intermediates that analys
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -98,7 +98,7 @@ class AddPositionEmbs(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        pe = self.param("pos_embedding", self.posemb_init, (1,) + x.shape[1:])
+        pe = self.param("pos_embedding", self.posemb_init, (1, *x.shape[1:]))
         return x + pe.astype(x.dtype)
 
 
@@ -244,18 +244,18 @@ class VisionTransformer(nn.Module):
       ValueError: unknown variant/classifier/posemb, or an image whose size is not divisible by the patch size.
     """
 
-    num_classes: Optional[int]
+    num_classes: int | None
     variant: str = "Ti/16"
-    width: Optional[int] = None
-    depth: Optional[int] = None
-    mlp_dim: Optional[int] = None
-    num_heads: Optional[int] = None
-    patch_size: Optional[int] = None
+    width: int | None = None
+    depth: int | None = None
+    mlp_dim: int | None = None
+    num_heads: int | None = None
+    patch_size: int | None = None
     classifier: str = "token"
     posemb: str = "learn"
     dropout: float = 0.0
     attention_dropout: float = 0.0
-    representation_size: Optional[int] = None
+    representation_size: int | None = None
     head_bias_init: float = 0.0
     dtype: Dtype = jnp.float32
 

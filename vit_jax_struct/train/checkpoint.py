@@ -152,4 +152,4 @@ def params_equal(a, b) -> bool:
     fa = jax.tree_util.tree_flatten_with_path(a)[0]
     fb = jax.tree_util.tree_flatten_with_path(b)[0]
     return ([path_str(p) for p, _ in fa] == [path_str(p) for p, _ in fb]
-            and all(np.array_equal(np.asarray(x), np.asarray(y)) for (_, x), (_, y) in zip(fa, fb)))
+            and all(np.array_equal(np.asarray(x), np.asarray(y)) for (_, x), (_, y) in zip(fa, fb, strict=False)))

@@ -27,7 +27,7 @@ class MetricWriter:
         self.tb = None
         if self.active:
             os.makedirs(workdir, exist_ok=True)
-            self.file = open(self.path, "a")
+            self.file = open(self.path, "a")  # noqa: SIM115 -- kept open for the run, closed in close()
             if tensorboard:
                 from tensorboardX import SummaryWriter
 

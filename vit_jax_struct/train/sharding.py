@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 MESH_AXES = ("data", "fsdp")
 BATCH_SPEC = P(MESH_AXES)
@@ -50,7 +51,7 @@ def create_mesh(mesh_config, devices: Sequence | None = None) -> jax.sharding.Me
         sizes[sizes.index(-1)] = n // known
     total = math.prod(sizes)
     if total > n or (total < n and jax.process_count() > 1):
-        raise ValueError(f"config.mesh {dict(zip(MESH_AXES, sizes))} needs {total} devices; there are {n}"
+        raise ValueError(f"config.mesh {dict(zip(MESH_AXES, sizes, strict=False))} needs {total} devices; there are {n}"
                          + (" (all must be used in a multi-process run)" if jax.process_count() > 1 else ""))
     return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
                          devices=devices[:total])

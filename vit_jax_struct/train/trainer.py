@@ -24,11 +24,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from absl import logging
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from vit_jax_struct.data import pipeline, preprocess, sources
 from vit_jax_struct.models import get_model
-from vit_jax_struct.train import checkpoint, metrics as metrics_lib, optim, sharding
+from vit_jax_struct.train import checkpoint, optim, sharding
+from vit_jax_struct.train import metrics as metrics_lib
 
 
 class _Preemption:
@@ -209,7 +211,7 @@ def train_and_evaluate(config, workdir: str, devices=None):
     train_it = pipeline.train_iterator(
         parts["train_source"], parts["train_pp"], parts["per_host_batch"], seed=config.seed,
         process_index=jax.process_index(), process_count=jax.process_count(),
-        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 4))
+        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256))
 
     ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), config.get("keep_checkpoints", 3))
     latest = ckpt.latest_step()
