@@ -1,5 +1,8 @@
 """Entry point: `python main.py --config=configs/<name>.py[:arg] [--workdir=DIR] [--config.key=value …]`.
 
+`python main.py --mode=analyze --workdir=RUN [--compare=OTHER_RUN]` analyses a trained run (see
+`vit_jax_struct/analysis/run.py`).
+
 Without `--workdir` a run lives in `runs/<config name>[_<arg>]`, so rerunning the same command resumes it.
 `--config.multihost=True` (set by `launch/tpu_vm.sh`) calls `jax.distributed.initialize()` first: one process
 per host, every host running the same command.
@@ -15,7 +18,12 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config file (file.py[:arg]).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder (default: runs/<config name>[_<arg>]).")
-_MODE = flags.DEFINE_enum("mode", "train", ["train"], "What to do with the config.")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "analyze"],
+                          "train: train (and resume) the config in the workdir; analyze: restore the workdir's latest "
+                          "checkpoint and write RUN/analysis/ (plots, analysis.json, report.md).")
+_COMPARE = flags.DEFINE_string("compare", None, "analyze: a second run for cross-model CKA (e.g. a ResNet).")
+_EXAMPLES = flags.DEFINE_integer("analysis_examples", 1024, "analyze: eval examples to use.")
+_BATCH = flags.DEFINE_integer("analysis_batch", 256, "analyze: minibatch size for CKA (examples).")
 
 
 def default_workdir(config_arg: str) -> str:
@@ -47,10 +55,21 @@ def main(argv):
     workdir = _WORKDIR.value or default_workdir(config_flags.get_config_filename(flags.FLAGS["config"])
                                                 + _config_arg_suffix())
     logging.info("workdir: %s", os.path.abspath(workdir))
-    if _MODE.value == "train":
+    if config.get("task") == "theory":  # configs/theory/*: the synthetic experiments, their own loop
+        from vit_jax_struct.theory import run as theory_run
+
+        theory_run.run(config, workdir)
+    elif _MODE.value == "train":
         from vit_jax_struct.train import trainer
 
         trainer.train_and_evaluate(config, workdir)
+    else:
+        from vit_jax_struct.analysis import run as analysis_run
+
+        if not _WORKDIR.value:
+            raise app.UsageError("--mode=analyze needs --workdir=RUN")
+        explicit = config if flags.FLAGS["config"].present else None  # else the run's own config.json
+        analysis_run.run_from_flags(workdir, _COMPARE.value, explicit, _EXAMPLES.value, _BATCH.value)
 
 
 def _config_arg_suffix() -> str:

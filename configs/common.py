@@ -38,6 +38,10 @@ def base() -> ml_collections.ConfigDict:
     c.model.attention_dropout = 0.0
     c.model.head_bias_init = 0.0
     c.model.dtype = "float32"
+    c.model.attention = "standard"    # or "positional" (Jelassi et al. 2022): attention from the posemb only
+    c.model.positional_attention_blocks = ""  # "": all blocks; "0,1": those
+    c.model.add_posemb = True         # add the posemb to the tokens
+    c.model.skip_ablation = ""        # e.g. "6:both,7:mhsa" removes residuals (Raghu et al. 2021 §5)
 
     c.data = ml_collections.ConfigDict()
     c.data.source = "digits"          # "digits" | "folder" | "tfds"
@@ -47,6 +51,13 @@ def base() -> ml_collections.ConfigDict:
     c.data.eval_split = "test"
     c.data.image_size = 224           # pixels (square)
     c.data.num_classes = 0            # 0: as found in the data; else checked against it
+    c.data.train_fraction = 0.0       # data-size subsets: 0 (all) or a fraction in (0, 1], nested across fractions
+    c.data.train_examples = 0         # or an example count (overrides train_fraction)
+    c.data.subset_seed = 0            # the fixed order the nested subsets are cut from
+    c.data.scale_steps_with_data = False  # True: total_steps shrinks with the subset (same epochs)
+    c.data.permute_patches = False    # one fixed random permutation of the patch grid, train and eval (J2, J3)
+    c.data.permutation_seed = 0
+    c.data.permutation_patch_size = 0  # 0: the model's patch size (ViT); required for CNNs
     c.data.eval_examples = 0          # 0: the whole eval split; N: N examples spread evenly over it
     c.data.num_threads = 2            # grain reader threads per host (decode + augment)
     c.data.prefetch = 256             # grain prefetch buffer (examples)

@@ -205,3 +205,28 @@ def evenly_spaced(source, n: int):
     if not n or n >= len(source):
         return source
     return Subset(source, np.linspace(0, len(source) - 1, n).round().astype(np.int64))
+
+
+def nested_subset(source, fraction: float = 0.0, examples: int = 0, seed: int = 0):
+    """The first k examples of one fixed random order of `source` (Raghu et al. 2021 §7 data-size subsets).
+
+    k = `examples` if given, else `round(fraction * len)`; neither (0) gives the whole source. The order depends only
+    on `seed` and the source length, so a smaller subset is always inside a larger one (3 % ⊂ 10 % ⊂ 100 %).
+
+    Raises:
+      ValueError: fraction outside (0, 1], or examples outside [1, len].
+    """
+    n = len(source)
+    if examples:
+        if not 1 <= examples <= n:
+            raise ValueError(f"data.train_examples {examples} is not in [1, {n}] (the train split's size)")
+        k = int(examples)
+    elif fraction:
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"data.train_fraction {fraction} is not in (0, 1]")
+        k = max(1, round(fraction * n))
+    else:
+        return source
+    if k == n:
+        return source
+    return Subset(source, np.random.default_rng(seed).permutation(n)[:k])

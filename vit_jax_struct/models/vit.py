@@ -92,14 +92,18 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0, 
 
 
 class AddPositionEmbs(nn.Module):
-    """Adds a learned position embedding `pos_embedding` `[1, N, D]` to tokens `[B, N, D]` (original ViT name)."""
+    """Learned position embedding `pos_embedding` `[1, N, D]` (original ViT name); `x -> (x + P, P)`.
+
+    With `add=False` the tokens are returned unchanged (P is still created and returned, for positional attention).
+    """
 
     posemb_init: Any = nn.initializers.normal(stddev=0.02)
+    add: bool = True
 
     @nn.compact
     def __call__(self, x):
-        pe = self.param("pos_embedding", self.posemb_init, (1, *x.shape[1:]))
-        return x + pe.astype(x.dtype)
+        pe = self.param("pos_embedding", self.posemb_init, (1, *x.shape[1:])).astype(x.dtype)
+        return (x + pe if self.add else x), pe
 
 
 class MultiHeadDotProductAttention(nn.Module):
@@ -110,8 +114,14 @@ class MultiHeadDotProductAttention(nn.Module):
     written out here so the attention weights are returned directly (analysis) and the logits can be replaced
     (positional attention).
 
-    Call: `(x [B, N, D], deterministic) -> (y [B, N, D], weights [B, heads, N, N] float32)`. Logits and softmax are
-    computed in float32 whatever the compute dtype.
+    Call: `(x [B, N, D], deterministic, pos=None) -> (y [B, N, D], weights [B, heads, N, N] float32)`. Logits and
+    softmax are computed in float32 whatever the compute dtype.
+
+    Positional attention (Jelassi, Sander & Li 2022, §3 and the "positional attention" ViT of §6): when `pos`
+    (`[1, N, D]`, the positional embeddings P, CLS row included) is given, the attention matrix of every head is
+    `A = softmax((P W_q)(P W_k)^T / sqrt(d_head))`, computed from the positions only — never from the image — once
+    per call and broadcast over the batch, while the values `LN(x) W_v` still come from the tokens. The paper leaves
+    open whether LayerNorm is applied to P: it is not here (P enters the projections directly, as p_i in its model).
     """
 
     num_heads: int
@@ -120,16 +130,18 @@ class MultiHeadDotProductAttention(nn.Module):
     kernel_init: Any = nn.initializers.xavier_uniform()
 
     @nn.compact
-    def __call__(self, x, deterministic: bool = True):
+    def __call__(self, x, deterministic: bool = True, pos=None):
         d = x.shape[-1]
         if d % self.num_heads:
             raise ValueError(f"width {d} is not divisible by num_heads {self.num_heads}")
         head_dim = d // self.num_heads
         dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), dtype=self.dtype,
                                              kernel_init=self.kernel_init, name=name)
-        q, k, v = dense("query")(x), dense("key")(x), dense("value")(x)  # [B, N, heads, d_head]
+        src = x if pos is None else pos.astype(x.dtype)  # [B or 1, N, D]
+        q, k, v = dense("query")(src), dense("key")(src), dense("value")(x)  # [B or 1, N, heads, d_head]
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(head_dim)
-        weights = jax.nn.softmax(logits, axis=-1)  # [B, heads, N, N], float32
+        weights = jax.nn.softmax(logits, axis=-1)  # [B or 1, heads, N, N], float32
+        weights = jnp.broadcast_to(weights, (x.shape[0], *weights.shape[1:]))
         probs = weights.astype(self.dtype)
         if self.dropout_rate > 0.0 and not deterministic:
             probs = nn.Dropout(self.dropout_rate)(probs, deterministic=False)
@@ -157,10 +169,19 @@ class MlpBlock(nn.Module):
         return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
 
 
+SKIP_KINDS = ("mhsa", "mlp", "both")
+
+
 class Encoder1DBlock(nn.Module):
     """Pre-LN encoder block (ViT paper Eq. 2-3): `z' = MHSA(LN(z)) + z`, `z'' = MLP(LN(z')) + z'`.
 
-    Call: `(x [B, N, D], deterministic) -> (x [B, N, D], attention weights [B, heads, N, N])`.
+    `remove_skip` (Raghu et al. 2021 §5, skip-connection removal): `'mhsa'` gives `z' = MHSA(LN(z))`, `'mlp'` gives
+    `z'' = MLP(LN(z'))`, `'both'` removes both residuals. The residual streams `z`, `z'` and branch outputs
+    `f(z)` are sown into the `intermediates` collection (`mhsa_residual`, `mhsa_branch`, `mlp_residual`,
+    `mlp_branch`, each `[B, N, D]`) when it is mutable. `pos` (`[1, N, D]`) switches the MHSA to positional
+    attention (see `MultiHeadDotProductAttention`).
+
+    Call: `(x [B, N, D], deterministic, pos=None) -> (x [B, N, D], attention weights [B, heads, N, N])`.
     """
 
     mlp_dim: int
@@ -168,22 +189,66 @@ class Encoder1DBlock(nn.Module):
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     dtype: Dtype = jnp.float32
+    remove_skip: str | None = None
 
     @nn.compact
-    def __call__(self, x, deterministic: bool = True):
+    def __call__(self, x, deterministic: bool = True, pos=None):
         y = nn.LayerNorm(dtype=self.dtype, name="LayerNorm_0")(x)
         y, weights = MultiHeadDotProductAttention(
             num_heads=self.num_heads, dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
-            name="MultiHeadDotProductAttention_1")(y, deterministic)
+            name="MultiHeadDotProductAttention_1")(y, deterministic, pos)
         y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
-        x = x + y
+        # Residual stream and branch output, for skip norm ratios (analysis applies with mutable "intermediates").
+        self.sow("intermediates", "mhsa_residual", x)
+        self.sow("intermediates", "mhsa_branch", y)
+        x = y if self.remove_skip in ("mhsa", "both") else x + y
         y = nn.LayerNorm(dtype=self.dtype, name="LayerNorm_2")(x)
         y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name="MlpBlock_3")(y, deterministic)
-        return x + y, weights
+        self.sow("intermediates", "mlp_residual", x)
+        self.sow("intermediates", "mlp_branch", y)
+        return (y if self.remove_skip in ("mlp", "both") else x + y), weights
+
+
+def parse_skip_ablation(spec, depth: int) -> dict[int, str]:
+    """`"6:both,7:mhsa"` (or `((6, "both"), (7, "mhsa"))`) -> `{6: "both", 7: "mhsa"}`; "" / None -> `{}`.
+
+    Raises:
+      ValueError: a block index outside [0, depth) or a kind not in `SKIP_KINDS`, naming it.
+    """
+    if not spec:
+        return {}
+    items = [tuple(i.split(":")) for i in spec.split(",")] if isinstance(spec, str) else [tuple(i) for i in spec]
+    out = {}
+    for item in items:
+        if len(item) != 2:
+            raise ValueError(f"model.skip_ablation entry {item!r} is not 'block:kind', e.g. '6:both'")
+        block, kind = int(item[0]), str(item[1]).strip()
+        if not 0 <= block < depth:
+            raise ValueError(f"model.skip_ablation block {block} is not in [0, {depth})")
+        if kind not in SKIP_KINDS:
+            raise ValueError(f"model.skip_ablation kind {kind!r} is not one of {SKIP_KINDS}")
+        out[block] = kind
+    return out
+
+
+def parse_blocks(spec, depth: int) -> set[int]:
+    """`None`/"" -> all blocks; `"0,1"` or `(0, 1)` -> {0, 1}. Raises ValueError for an index outside [0, depth)."""
+    if spec is None or spec == "":
+        return set(range(depth))
+    blocks = {int(b) for b in (spec.split(",") if isinstance(spec, str) else spec)}
+    bad = sorted(b for b in blocks if not 0 <= b < depth)
+    if bad:
+        raise ValueError(f"model.positional_attention_blocks {bad} are not in [0, {depth})")
+    return blocks
 
 
 class Encoder(nn.Module):
     """Transformer encoder: posemb, `depth` encoder blocks, final LayerNorm (original name `Transformer`).
+
+    `attention='positional'` makes the blocks in `positional_attention_blocks` (default all) use positional attention
+    from the posemb P; with `posemb='sincos2d'` the CLS token's positional vector is the learned `cls_pos_embedding`
+    (with learned posemb it is P's first row). `add_posemb=False` keeps P out of the tokens (positions then enter
+    only through positional attention).
 
     Call: `(x [B, N, D], grid (h, w), train) -> (encoded [B, N, D], out)` where `out` has `encoder_input`,
     `block00` … and `attention/block00` … (`[B, heads, N, N]`).
@@ -197,25 +262,36 @@ class Encoder(nn.Module):
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     dtype: Dtype = jnp.float32
+    attention: str = "standard"
+    positional_attention_blocks: Any = None
+    add_posemb: bool = True
+    skip_ablation: Any = None
 
     @nn.compact
     def __call__(self, x, grid, train: bool = False):
+        if self.attention not in ("standard", "positional"):
+            raise ValueError(f"model.attention {self.attention!r} is not one of 'standard', 'positional'")
+        skips = parse_skip_ablation(self.skip_ablation, self.depth)
+        positional = parse_blocks(self.positional_attention_blocks, self.depth) if self.attention == "positional" \
+            else set()
         out = {}
         if self.posemb == "learn":
-            x = AddPositionEmbs(name="posembed_input")(x)
+            x, pos = AddPositionEmbs(add=self.add_posemb, name="posembed_input")(x)
         elif self.posemb == "sincos2d":
-            pe = posemb_sincos_2d(*grid, x.shape[-1], dtype=x.dtype)
-            if self.has_cls:  # The class token carries no position.
-                pe = jnp.concatenate([jnp.zeros_like(pe[:, :1]), pe], axis=1)
-            x = x + pe
+            pos = posemb_sincos_2d(*grid, x.shape[-1], dtype=x.dtype)
+            if self.has_cls:  # The class token gets no sin-cos position; positional attention learns one.
+                cls_pos = (self.param("cls_pos_embedding", nn.initializers.normal(0.02), (1, 1, x.shape[-1]))
+                           if positional else jnp.zeros((1, 1, x.shape[-1])))
+                pos = jnp.concatenate([cls_pos.astype(x.dtype), pos], axis=1)
+            x = x + pos if self.add_posemb else x
         else:
             raise ValueError(f"model.posemb {self.posemb!r} is not one of 'learn', 'sincos2d'")
         out["encoder_input"] = x
         x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
         for i in range(self.depth):
             x, weights = Encoder1DBlock(self.mlp_dim, self.num_heads, self.dropout_rate,
-                                        self.attention_dropout_rate, self.dtype, name=f"encoderblock_{i}")(
-                                            x, deterministic=not train)
+                                        self.attention_dropout_rate, self.dtype, skips.get(i),
+                                        name=f"encoderblock_{i}")(x, not train, pos if i in positional else None)
             out[f"block{i:02d}"] = x
             out[f"attention/block{i:02d}"] = weights
         return nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x), out
@@ -235,6 +311,10 @@ class VisionTransformer(nn.Module):
       representation_size: if set, a `pre_logits` Dense + tanh of this width before the head (ViT paper §3.1).
       head_bias_init: constant initial bias of the head (−10 with sigmoid cross-entropy, big_vision recipe).
       dtype: compute dtype; parameters stay float32.
+      attention: `'standard'` MHSA or `'positional'` (Jelassi et al. 2022: attention from the posemb only) in the
+        blocks `positional_attention_blocks` (None/"": all; `"0,1"`: those).
+      add_posemb: add the posemb to the tokens (the standard ViT); False keeps positions out of the tokens.
+      skip_ablation: residuals to remove, `"6:both,7:mlp"` (Raghu et al. 2021 §5; see `Encoder1DBlock`).
 
     `out` keys: `stem` patch embeddings `[B, N_patches, D]`; `encoder_input` tokens after CLS + posemb `[B, N, D]`;
     `block00` … outputs of each encoder block `[B, N, D]`; `encoded` after the final LayerNorm `[B, N, D]`;
@@ -258,6 +338,10 @@ class VisionTransformer(nn.Module):
     representation_size: int | None = None
     head_bias_init: float = 0.0
     dtype: Dtype = jnp.float32
+    attention: str = "standard"
+    positional_attention_blocks: Any = None
+    add_posemb: bool = True
+    skip_ablation: Any = None
 
     def arch(self) -> dict:
         """Resolved sizes: the variant's, with explicit fields overriding."""
@@ -286,7 +370,9 @@ class VisionTransformer(nn.Module):
             cls = self.param("cls", nn.initializers.zeros, (1, 1, a["width"]))
             x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (b, 1, 1)), x], axis=1)
         x, enc_out = Encoder(a["depth"], a["mlp_dim"], a["num_heads"], self.posemb, self.classifier == "token",
-                             self.dropout, self.attention_dropout, self.dtype, name="Transformer")(x, grid, train)
+                             self.dropout, self.attention_dropout, self.dtype, self.attention,
+                             self.positional_attention_blocks, self.add_posemb, self.skip_ablation,
+                             name="Transformer")(x, grid, train)
         out.update({k: v for k, v in enc_out.items() if return_attention or not k.startswith("attention/")})
         out["encoded"] = x
         x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)

@@ -89,8 +89,8 @@ class Checkpointer:
         """Blocks until pending saves are complete on disk."""
         self.manager.wait_until_finished()
 
-    def restore(self, step: int, abstract_state, data_iterator):
-        """Restores checkpoint `step` onto `abstract_state`'s shardings and rewinds `data_iterator` in place.
+    def restore(self, step: int, abstract_state, data_iterator=None):
+        """Restores checkpoint `step` onto `abstract_state`'s shardings and rewinds `data_iterator` in place (if given).
 
         Raises:
           ValueError: the checkpoint's parameter tree does not match `abstract_state["params"]`.
@@ -98,10 +98,10 @@ class Checkpointer:
         where = os.path.join(self.directory, str(step))
         meta = self.manager.item_metadata(step)["state"].tree
         check_tree_match(abstract_state["params"], meta["params"], where)
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state),
-            data=grain.checkpoint.CheckpointRestore(data_iterator)))
-        return restored["state"]
+        items = {"state": ocp.args.StandardRestore(abstract_state)}
+        if data_iterator is not None:
+            items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
+        return self.manager.restore(step, args=ocp.args.Composite(**items))["state"]
 
     def close(self) -> None:
         self.manager.wait_until_finished()

@@ -27,7 +27,7 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from vit_jax_struct.data import pipeline, preprocess, sources
+from vit_jax_struct.data import permute, pipeline, preprocess, sources
 from vit_jax_struct.models import get_model
 from vit_jax_struct.train import checkpoint, optim, sharding
 from vit_jax_struct.train import metrics as metrics_lib
@@ -70,9 +70,11 @@ def _format_eta(seconds: float) -> str:
 def build(config, devices=None):
     """Builds (and validates) everything a run needs, writing nothing.
 
-    Returns a dict with `mesh`, `model`, `train_source`, `eval_source`, `train_pp`, `eval_pp`, `tx`, `schedule`,
-    `per_host_batch`, `eval_per_host_batch`, `abstract_state` (`ShapeDtypeStruct`s with shardings), `init_state`
-    (a jitted function of the init key), `num_classes`.
+    Returns a dict with `mesh`, `model`, `train_source` (the nested subset when `data.train_fraction` or
+    `data.train_examples` is set), `eval_source`, `train_pp`, `eval_pp` (wrapped in the patch permutation when
+    `data.permute_patches`), `tx`, `schedule`, `per_host_batch`, `eval_per_host_batch`, `abstract_state`
+    (`ShapeDtypeStruct`s with shardings), `init_state` (a jitted function of the init key), `num_classes`,
+    `total_steps` (scaled by the subset size when `data.scale_steps_with_data`), `permutation` (or None).
 
     Raises:
       ValueError / FileNotFoundError: with the offending config value and what is allowed.
@@ -84,9 +86,14 @@ def build(config, devices=None):
     if config.total_steps <= 0:
         raise ValueError(f"config.total_steps {config.total_steps} must be positive")
     data = config.data
-    train_source = sources.get_source(data, data.train_split)
+    full_train = sources.get_source(data, data.train_split)
+    train_source = sources.nested_subset(full_train, data.get("train_fraction", 0.0), data.get("train_examples", 0),
+                                         data.get("subset_seed", 0))
+    total_steps = config.total_steps
+    if data.get("scale_steps_with_data") and len(train_source) < len(full_train):
+        total_steps = max(1, round(total_steps * len(train_source) / len(full_train)))
     eval_source = sources.evenly_spaced(
-        sources.get_source(data, data.eval_split, getattr(train_source, "class_names", None)),
+        sources.get_source(data, data.eval_split, getattr(full_train, "class_names", None)),
         data.get("eval_examples", 0))
     num_classes = train_source.num_classes
     if data.get("num_classes") and data.num_classes != num_classes:
@@ -94,14 +101,31 @@ def build(config, devices=None):
                          f"found in the {data.source!r} train split")
     model = get_model(config.model, num_classes)
     train_pp, eval_pp = preprocess.from_config(config.pp, data.image_size)
-    tx, schedule = optim.make_optimizer(config.optim, config.total_steps)
+    perm = None
+    if data.get("permute_patches"):
+        patch = data.get("permutation_patch_size") or getattr(model, "arch", lambda: {})().get("patch_size")
+        if not patch:
+            raise ValueError("data.permute_patches needs data.permutation_patch_size for a model without patches "
+                             f"(model.name {config.model.get('name')!r})")
+        if data.image_size % patch:
+            raise ValueError(f"data.image_size {data.image_size} is not divisible by the permutation patch size "
+                             f"{patch}")
+        perm = permute.patch_permutation((data.image_size // patch) ** 2, data.get("permutation_seed", 0))
+        perm = {"perm": perm, "patch": int(patch), "seed": data.get("permutation_seed", 0)}
+        train_pp = permute.PermutePatches(train_pp, perm["perm"], patch)
+        eval_pp = permute.PermutePatches(eval_pp, perm["perm"], patch)
+    tx, schedule = optim.make_optimizer(config.optim, total_steps)
     optim.classification_loss(jnp.zeros((1, num_classes)), jnp.zeros((1,), jnp.int32), num_classes,
                               config.loss)  # Fails now on an unknown loss.
     dummy = jnp.zeros((1, data.image_size, data.image_size, 3), jnp.float32)
 
     def init_state(key):
-        params = model.init(key, dummy)["params"]
-        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+        variables = dict(model.init(key, dummy))
+        params = variables.pop("params")
+        state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+        if variables:  # e.g. BatchNorm's batch_stats
+            state["model_state"] = variables
+        return state
 
     shapes = jax.eval_shape(init_state, jax.random.key(0))  # Raises here on a bad image/patch size.
     state_sh = sharding.shardings(shapes, config.get("param_sharding", ((".*", "fsdp"),)), mesh)
@@ -110,7 +134,8 @@ def build(config, devices=None):
     return dict(mesh=mesh, model=model, train_source=train_source, eval_source=eval_source, train_pp=train_pp,
                 eval_pp=eval_pp, tx=tx, schedule=schedule, per_host_batch=per_host,
                 eval_per_host_batch=eval_per_host, abstract_state=abstract_state, num_classes=num_classes,
-                init_state=jax.jit(init_state, out_shardings=state_sh))
+                init_state=jax.jit(init_state, out_shardings=state_sh), total_steps=total_steps,
+                permutation=perm)
 
 
 def make_train_step(config, model, tx, schedule, num_classes, mesh, state_sharding):
@@ -126,16 +151,22 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
         step = state["step"]
         rng = jax.random.fold_in(dropout_root, step)
 
+        model_state = state.get("model_state", {})
+
         def loss_fn(params):
-            logits, _ = model.apply({"params": params}, batch["image"], train=True, rngs={"dropout": rng})
+            (logits, _), new_model_state = model.apply(
+                {"params": params, **model_state}, batch["image"], train=True, rngs={"dropout": rng},
+                mutable=list(model_state))
             loss = optim.classification_loss(logits, batch["label"], num_classes, config.loss,
                                              config.get("label_smoothing", 0.0))
-            return loss.mean()
+            return loss.mean(), new_model_state
 
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+        (loss, new_model_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         new_state = {"step": step + 1, "params": params, "opt_state": opt_state}
+        if model_state:
+            new_state["model_state"] = dict(new_model_state)
         m = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(step),
              "nonfinite": (~jnp.isfinite(loss)).astype(jnp.int32)}
         return new_state, m
@@ -146,26 +177,31 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
                    donate_argnums=0)
 
 
-def make_eval_step(config, model, num_classes, mesh, params_sharding):
-    """Jitted `(params, batch with "mask") -> {"correct", "loss", "count"}` sums over the real examples."""
+def model_variables(state) -> dict:
+    """The flax variables of a train state: `{"params": …}` plus its model state (e.g. `batch_stats`)."""
+    return {"params": state["params"], **state.get("model_state", {})}
 
-    def eval_fn(params, batch):
-        logits, _ = model.apply({"params": params}, batch["image"], train=False)
+
+def make_eval_step(config, model, num_classes, mesh, variables_sharding):
+    """Jitted `(variables, batch with "mask") -> {"correct", "loss", "count"}` sums over the real examples."""
+
+    def eval_fn(variables, batch):
+        logits, _ = model.apply(variables, batch["image"], train=False)
         loss = optim.classification_loss(logits, batch["label"], num_classes, config.loss)
         correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
         w = batch["mask"]
         return {"correct": (correct * w).sum(), "loss": (loss * w).sum(), "count": w.sum()}
 
     batch_sh = NamedSharding(mesh, sharding.BATCH_SPEC)
-    return jax.jit(eval_fn, in_shardings=(params_sharding, batch_sh), out_shardings=NamedSharding(mesh, P()))
+    return jax.jit(eval_fn, in_shardings=(variables_sharding, batch_sh), out_shardings=NamedSharding(mesh, P()))
 
 
-def evaluate(eval_step, params, parts, mesh) -> dict:
+def evaluate(eval_step, variables, parts, mesh) -> dict:
     """Top-1 accuracy and mean loss over the whole eval split: `{"eval/accuracy", "eval/loss"}`."""
     total = None
     for batch in pipeline.eval_batches(parts["eval_source"], parts["eval_pp"], parts["eval_per_host_batch"],
                                        jax.process_index(), jax.process_count()):
-        out = eval_step(params, sharding.global_batch(batch, mesh))
+        out = eval_step(variables, sharding.global_batch(batch, mesh))
         total = out if total is None else jax.tree.map(jnp.add, total, out)
     total = jax.device_get(total)
     return {"eval/accuracy": total["correct"] / total["count"], "eval/loss": total["loss"] / total["count"]}
@@ -218,7 +254,7 @@ def train_and_evaluate(config, workdir: str, devices=None):
     if latest is not None:
         state = ckpt.restore(latest, abstract_state, train_it)  # Raises on a model mismatch, writing nothing.
         logging.info("resuming from checkpoint %s (step %d of %d)", os.path.join(ckpt.directory, str(latest)),
-                     latest, config.total_steps)
+                     latest, parts["total_steps"])
     else:
         state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))
         if config.get("init_from"):
@@ -229,6 +265,9 @@ def train_and_evaluate(config, workdir: str, devices=None):
     if jax.process_index() == 0:
         os.makedirs(workdir, exist_ok=True)
         _write_config(config, workdir, latest or 0)
+        if parts["permutation"] is not None:
+            pm = parts["permutation"]
+            permute.save_permutation(workdir, pm["perm"], pm["patch"], config.data.image_size, pm["seed"])
 
     num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract_state["params"]))
     logging.info("model %s: %s parameters (%.2f M); mesh %s; global batch %d (%d per host)",
@@ -237,10 +276,10 @@ def train_and_evaluate(config, workdir: str, devices=None):
 
     train_step = make_train_step(config, parts["model"], parts["tx"], parts["schedule"], parts["num_classes"],
                                  mesh, state_sh)
-    eval_step = make_eval_step(config, parts["model"], parts["num_classes"], mesh, state_sh["params"])
+    eval_step = make_eval_step(config, parts["model"], parts["num_classes"], mesh, model_variables(state_sh))
     writer = metrics_lib.MetricWriter(workdir, config.get("tensorboard", True))
     preemption = _Preemption()
-    total = config.total_steps
+    total = parts["total_steps"]
     log_every = config.get("log_every_steps", 50)
     eval_every = config.get("eval_every_steps", 0)
     ckpt_every = config.get("checkpoint_every_steps", 0)
@@ -281,7 +320,7 @@ def train_and_evaluate(config, workdir: str, devices=None):
                              m["loss"], m["lr"], m["grad_norm"], ips, _format_eta(eta))
                 t_log, step_log = now, step
             if eval_every and (step % eval_every == 0 or step == total):
-                ev = evaluate(eval_step, state["params"], parts, mesh)
+                ev = evaluate(eval_step, model_variables(state), parts, mesh)
                 writer.write(step, ev)
                 last.update(ev)
                 logging.info("step %d/%d: eval accuracy %.4f, eval loss %.4f", step, total, ev["eval/accuracy"],
@@ -297,7 +336,7 @@ def train_and_evaluate(config, workdir: str, devices=None):
                                 step, total)
                 break
         if step >= total and "eval/accuracy" not in last:
-            ev = evaluate(eval_step, state["params"], parts, mesh)
+            ev = evaluate(eval_step, model_variables(state), parts, mesh)
             writer.write(step, ev)
             last.update(ev)
             logging.info("final eval accuracy %.4f at step %d", ev["eval/accuracy"], step)

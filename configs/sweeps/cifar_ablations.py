@@ -1,0 +1,36 @@
+"""Small-scale CIFAR-10 ablations of the catalog rows J1-J3, R3, R5, R2/R7 (issue: paper ablations as knobs).
+
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run \\
+        --only=""   # add --only=<substring> to run a part
+    python -m vit_jax_struct.report --runs=runs/cifar_ablations --out=docs/results
+
+Every ViT arm is `configs/cifar10_vit.py` (width 192, depth 6, 8-px patches) with the same step budget
+(`steps`, default 600 = 1.5 epochs, ≈ 5 min each on 2 CPU cores); ResNet-18 arms use 300 steps (≈ 13 min each).
+Arms: baseline, permuted patches, positional attention, GAP classifier (2 seeds each); skip removal in the middle
+block (block 3 of 6, both residuals); train_fraction 0.1 / 0.3 (steps fixed); ResNet-18 original vs permuted.
+Arguments: `steps=N` (ViT budget), `cnn_steps=N`, `root=PATH` (the CIFAR-10 image folder, default /tmp/data/cifar10).
+"""
+
+from configs import common
+from launch.sweep import grid
+
+
+def get_sweep(arg=None):
+    a = common.parse_arg(arg, steps=600, cnn_steps=300, root="/tmp/data/cifar10")
+    vit = f"configs/cifar10_vit.py:steps={a.steps}"
+    runs = []
+    for run in grid(**{"seed": [0, 1], "data.permute_patches": [False, True]}):
+        runs.append(run)
+    for seed in (0, 1):
+        runs.append({"name": f"attention=positional,seed={seed}",
+                     "overrides": {"seed": seed, "model.attention": "positional"}})
+        runs.append({"name": f"classifier=gap,seed={seed}", "overrides": {"seed": seed, "model.classifier": "gap"}})
+    runs.append({"name": "skip_ablation=3both,seed=0", "overrides": {"seed": 0, "model.skip_ablation": "3:both"}})
+    for frac in (0.1, 0.3):
+        runs.append({"name": f"train_fraction={frac},seed=0", "overrides": {"seed": 0, "data.train_fraction": frac}})
+    for run in runs:
+        run["config"] = vit
+    for perm in (False, True):
+        runs.append({"name": f"model=resnet18,permute_patches={perm},seed=0", "config": "configs/cifar10_vit.py:"
+                     f"model=resnet18,steps={a.cnn_steps}", "overrides": {"seed": 0, "data.permute_patches": perm}})
+    return {"config": vit, "overrides": {"data.root": a.root}, "runs": runs}

@@ -1,0 +1,15 @@
+"""J10: the same as J5 on data without spatial structure (a fresh random partition for every example).
+
+    python main.py --config=configs/theory/no_structure.py --workdir=runs/theory/no_structure
+
+Expected: set purity stays ≤ 2 × chance (no fixed partition to learn); test error stays high.
+"""
+
+from configs.theory import common
+
+
+def get_config(arg=None):
+    del arg
+    c = common.base("J10 population risk, no spatial structure", "population")
+    c.data.structured = False
+    return c

@@ -1,0 +1,117 @@
+"""Expand a sweep (a grid of config overrides) into runs, and run them locally or print their commands.
+
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations            # print
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run      # run all
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py:short --root=… --run --only=permute
+    python launch/sweep.py --sweep=… --root=gs://bucket/sweep --tpu=NAME,ZONE                               # TPU VM
+
+A sweep file defines `get_sweep(arg) -> dict(config=…, overrides={…}, runs=[{name, overrides, [config]}, …])`;
+`grid(**axes)` builds the runs of a Cartesian product. Every run gets its own workdir `ROOT/<name>`; local runs go
+one after another, a finished run (with `final_metrics.json`) is skipped, an interrupted one resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import os
+import shlex
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _fmt(v) -> str:
+    return str(v).replace("/", "-").replace(",", "+").replace(":", "") if v != "" else "none"
+
+
+def grid(**axes) -> list[dict]:
+    """Cartesian product of `key=[values]` → runs `{"name": "k1=v1,k2=v2", "overrides": {k1: v1, k2: v2}}`.
+
+    Keys are config keys (`model.classifier`); the name uses their last component.
+    """
+    keys = list(axes)
+    runs = []
+    for values in itertools.product(*(axes[k] for k in keys)):
+        overrides = dict(zip(keys, values, strict=True))
+        name = ",".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in overrides.items())
+        runs.append({"name": name, "overrides": overrides})
+    return runs
+
+
+def load_sweep(spec: str) -> dict:
+    """Loads `file.py[:arg]` and returns its `get_sweep(arg)`.
+
+    Raises:
+      ValueError: a run without a name, two runs of the same name, or a sweep without `config`.
+    """
+    path, _, arg = spec.partition(":")
+    mod_spec = importlib.util.spec_from_file_location("sweep", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.path.insert(0, HERE)
+    mod_spec.loader.exec_module(module)
+    sweep = module.get_sweep(arg or None)
+    if not sweep.get("config"):
+        raise ValueError(f"sweep {spec!r} has no 'config'")
+    names = [r.get("name") for r in sweep["runs"]]
+    if not all(names) or len(set(names)) != len(names):
+        raise ValueError(f"sweep {spec!r}: every run needs a unique name, got {names}")
+    return sweep
+
+
+def commands(sweep: dict, root: str, python: str = sys.executable, multihost: bool = False) -> list[tuple]:
+    """`[(name, workdir, argv)]` for every run: shared overrides first, the run's own after (they win)."""
+    out = []
+    for run in sweep["runs"]:
+        workdir = os.path.join(root, run["name"])
+        argv = [python, "main.py", f"--config={run.get('config', sweep['config'])}", f"--workdir={workdir}"]
+        for k, v in {**sweep.get("overrides", {}), **run["overrides"]}.items():
+            argv.append(f"--config.{k}={v}")
+        if multihost:
+            argv.append("--config.multihost=True")
+        out.append((run["name"], workdir, argv))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweep", required=True, help="sweep file[:arg]")
+    ap.add_argument("--root", required=True, help="folder for the runs' workdirs")
+    ap.add_argument("--run", action="store_true", help="run locally, one after another")
+    ap.add_argument("--only", default="", help="only runs whose name contains this")
+    ap.add_argument("--tpu", default="", help="NAME,ZONE: print launch/tpu_vm.sh commands for a TPU VM")
+    args = ap.parse_args(argv)
+    sweep = load_sweep(args.sweep)
+    cmds = [c for c in commands(sweep, args.root, multihost=bool(args.tpu)) if args.only in c[0]]
+    if args.tpu:
+        name, zone = args.tpu.split(",")
+        for _, workdir, cmd in cmds:
+            config = cmd[2].split("=", 1)[1]
+            flags = " ".join(shlex.quote(a) for a in cmd[4:-1])
+            print(f"launch/tpu_vm.sh run {name} {zone} {config} {workdir} {flags}")
+        return 0
+    failed = []
+    for name, workdir, cmd in cmds:
+        if not args.run:
+            print(shlex.join(cmd))
+            continue
+        if os.path.exists(os.path.join(workdir, "final_metrics.json")):
+            print(f"[sweep] {name}: done, skipped", flush=True)
+            continue
+        os.makedirs(workdir, exist_ok=True)
+        print(f"[sweep] {name}: running ({shlex.join(cmd)})", flush=True)
+        with open(os.path.join(workdir, "log.txt"), "a") as log:
+            rc = subprocess.call(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT)
+        print(f"[sweep] {name}: exit {rc}", flush=True)
+        if rc:
+            failed.append(name)
+    if failed:
+        print(f"[sweep] failed runs: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

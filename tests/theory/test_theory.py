@@ -1,0 +1,75 @@
+"""Synthetic structured data and the one-layer positional-attention ViT (Jelassi, Sander & Li 2022)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax_struct.theory import data, model
+
+
+def test_grid_partition_is_a_partition_of_contiguous_blocks():
+    p = data.make_partition(16, 4, "grid")
+    assert p.shape == (4, 4) and sorted(p.ravel().tolist()) == list(range(16))
+    np.testing.assert_array_equal(p[0], [0, 1, 4, 5])  # top-left 2x2 block of the 4x4 grid
+    np.testing.assert_array_equal(p[3], [10, 11, 14, 15])
+    r = data.make_partition(64, 4, "random", seed=3)
+    assert sorted(r.ravel().tolist()) == list(range(64))
+    with pytest.raises(ValueError, match=r"set_size 5 does not divide num_patches 16"):
+        data.make_partition(16, 5)
+
+
+def test_samples_balanced_with_signal_on_one_set():
+    part = data.make_partition(16, 4)
+    w = data.unit_vector(8, 0)
+    s = data.sample(1000, part, w, np.random.default_rng(0), alpha=1.0, noise_prob=0.5, sigma=0.1)
+    assert s["x"].shape == (1000, 16, 8) and (s["y"] == 1).sum() == 500
+    coef = s["x"] @ w  # noise is orthogonal to w*: projections are exactly the coefficients
+    for i in range(20):
+        sig = part[s["signal_set"][i]]
+        np.testing.assert_allclose(coef[i, sig], s["y"][i], atol=1e-5)
+        others = np.setdiff1d(np.arange(16), sig)
+        assert set(np.round(coef[i, others], 4)) <= {-1.0, 0.0, 1.0}
+    free = data.sample(50, part, w, np.random.default_rng(0), structured=False)
+    assert len({p.tobytes() for p in free["partition"]}) > 40  # a fresh partition per example
+
+
+def test_ideal_attention_separates_a_large_sample():
+    part = data.make_partition(64, 4)
+    w = data.unit_vector(32, 0)
+    s = data.sample(20000, part, w, np.random.default_rng(1), alpha=1.0, noise_prob=0.3, sigma=0.1)
+    params = {"Q": jnp.asarray(model.ideal_logits(part)), "v": jnp.asarray(4.0 * w)}
+    assert model.test_error(params, jnp.asarray(s["x"]), jnp.asarray(s["y"])) < 0.01
+    uniform = {"Q": jnp.zeros((64, 64)), "v": jnp.asarray(4.0 * w)}
+    assert model.test_error(uniform, jnp.asarray(s["x"]), jnp.asarray(s["y"])) > 0.1  # structure matters
+
+
+def test_gradients_match_finite_differences():
+    part = data.make_partition(16, 4)
+    w = data.unit_vector(8, 0)
+    s = data.sample(64, part, w, np.random.default_rng(2))
+    x, y = jnp.asarray(s["x"], jnp.float64), jnp.asarray(s["y"], jnp.float64)
+    with jax.enable_x64(True):
+        p = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64),
+                         model.init_params(jax.random.key(0), 16, 8, q_init_std=0.5, v_init_std=0.5))
+        g = jax.grad(model.logistic_loss)(p, x, y)
+        for name, idx in [("Q", (3, 7)), ("Q", (0, 0)), ("v", (2,)), ("v", (5,))]:
+            eps = 1e-6
+            up = {k: v.at[idx].add(eps) if k == name else v for k, v in p.items()}
+            dn = {k: v.at[idx].add(-eps) if k == name else v for k, v in p.items()}
+            fd = (model.logistic_loss(up, x, y) - model.logistic_loss(dn, x, y)) / (2 * eps)
+            assert float(g[name][idx]) == pytest.approx(float(fd), rel=1e-5, abs=1e-10)
+
+
+def test_patch_association_measures():
+    part = data.make_partition(16, 4)
+    ideal = np.asarray(model.attention(jnp.asarray(model.ideal_logits(part, scale=50.0))))
+    m = model.patch_association(ideal, part)
+    assert m["purity"] == pytest.approx(1.0) and m["own_set_mass"] == pytest.approx(1.0)
+    assert m["ari"] == pytest.approx(1.0)
+    u = model.patch_association(np.full((16, 16), 1 / 16), part)
+    assert u["purity"] == pytest.approx(0.25) and u["own_set_mass"] == pytest.approx(0.25)
+    rows_to_set0 = np.zeros((16, 16))  # every row attends to one whole set, but not its own
+    rows_to_set0[:, part[0]] = 0.25
+    w = model.patch_association(rows_to_set0, part)
+    assert w["purity"] == pytest.approx(1.0) and w["own_set_mass"] == pytest.approx(0.25)

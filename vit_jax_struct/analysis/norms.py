@@ -1,0 +1,34 @@
+"""Skip-connection norm ratios (Raghu et al. 2021 §5, Fig. 8): ‖z‖ / ‖f(z)‖ per encoder block, for the MHSA and the
+MLP branch, separately for the CLS token and the patch tokens.
+
+`z` is the residual stream entering the branch's sum and `f(z)` the branch output added to it (both sown by
+`Encoder1DBlock` into the `intermediates` collection). A large ratio means the block mostly passes its input
+through the skip connection. The ratio of norms is taken per example and token, then averaged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def norm_ratios(intermediates: dict, has_cls: bool) -> dict:
+    """`{"block00/mhsa/cls": r, "block00/mhsa/patches": r, "block00/mlp/…": …}` from one batch's intermediates.
+
+    Args:
+      intermediates: the `intermediates` collection of a ViT apply, `{"Transformer": {"encoderblock_0": {…}}}`.
+      has_cls: whether token 0 is the CLS token (else there is no `cls` entry).
+    """
+    out = {}
+    blocks = intermediates["Transformer"]
+    for name in sorted(blocks, key=lambda n: int(n.rsplit("_", 1)[1])):
+        i = int(name.rsplit("_", 1)[1])
+        for branch in ("mhsa", "mlp"):
+            z = np.asarray(blocks[name][f"{branch}_residual"][0], np.float64)
+            f = np.asarray(blocks[name][f"{branch}_branch"][0], np.float64)
+            r = np.linalg.norm(z, axis=-1) / np.clip(np.linalg.norm(f, axis=-1), 1e-12, None)  # [B, N]
+            if has_cls:
+                out[f"block{i:02d}/{branch}/cls"] = float(r[:, 0].mean())
+                out[f"block{i:02d}/{branch}/patches"] = float(r[:, 1:].mean())
+            else:
+                out[f"block{i:02d}/{branch}/patches"] = float(r.mean())
+    return out

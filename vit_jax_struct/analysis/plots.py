@@ -1,0 +1,163 @@
+"""Plots (matplotlib, Agg) and the markdown report of `analysis/run.py`. Every figure has a title, axis labels and,
+for heatmaps, a colour bar."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0):
+    """Layer × layer matrix with layer names on both axes."""
+    fig, ax = plt.subplots(figsize=(1.2 + 0.35 * len(cols), 1.0 + 0.35 * len(rows)))
+    im = ax.imshow(np.asarray(m), origin="lower", vmin=vmin, vmax=vmax, cmap="magma")
+    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("layer")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, label="linear CKA")
+    _save(fig, path)
+
+
+def attention_distance(d: dict, path):
+    """Heads sorted per block (Raghu et al. Fig. 3): x = block, y = mean attention distance (pixels)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (_name, heads) in enumerate(d.items()):
+        h = np.sort(np.asarray(heads))
+        ax.scatter(np.full(len(h), i) + np.linspace(-0.2, 0.2, len(h)), h, s=14, c=np.arange(len(h)),
+                   cmap="viridis")
+    ax.set_xticks(range(len(d)), list(d), rotation=45, fontsize=7)
+    ax.set_xlabel("encoder block (heads sorted)")
+    ax.set_ylabel("mean attention distance (pixels)")
+    ax.set_title("Mean attention distance per head")
+    _save(fig, path)
+
+
+def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label):
+    n = len(maps)
+    cols = math.ceil(math.sqrt(n))
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.1 * cols + 1, 1.1 * rows + 0.6), squeeze=False)
+    im = None
+    for i, ax in enumerate(axes.flat):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if i < n:
+            im = ax.imshow(np.asarray(maps[i]).reshape(grid), cmap=cmap, vmin=vmin, vmax=vmax)
+        else:
+            ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    fig.supxlabel("patch column", fontsize=8)
+    fig.supylabel("patch row", fontsize=8)
+    fig.colorbar(im, ax=axes, label=label, shrink=0.8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def posemb_similarity(s, grid, path, title):
+    """One map per position: its cosine similarity with every position, on the patch grid."""
+    _map_grid(s, grid, path, title, "RdBu_r", -1.0, 1.0, "cosine similarity")
+
+
+def localization(m, grid, path, title):
+    """One map per output token: its CKA with the input patch at every grid location."""
+    _map_grid(m, grid, path, title, "magma", 0.0, max(float(np.max(m)), 1e-6), "linear CKA")
+
+
+def probes(res: dict, path):
+    """Accuracy per layer for each probe (feature kind × shots)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    layers = sorted({k.split("/")[0] for k in res}, key=lambda n: (n != "stem", n))
+    kinds = sorted({k.split("/")[1] for k in res})
+    for kind in kinds:
+        for shots, style in (("10", "--"), ("full", "-")):
+            ys = [res.get(f"{layer}/{kind}", {}).get(shots, np.nan) for layer in layers]
+            ax.plot(range(len(layers)), ys, style, marker="o", ms=3, label=f"{kind}, {shots}-shot"
+                    if shots != "full" else f"{kind}, full")
+    ax.set_xticks(range(len(layers)), layers, rotation=45, fontsize=7)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("test accuracy (ridge probe)")
+    ax.set_title("Linear probes per layer")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def skip_norms(r: dict, path):
+    """‖z‖/‖f(z)‖ per block for each branch and token type (Raghu et al. Fig. 8)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    blocks = sorted({k.split("/")[0] for k in r})
+    for branch in ("mhsa", "mlp"):
+        for tok, style in (("cls", "--"), ("patches", "-")):
+            ys = [r.get(f"{b}/{branch}/{tok}", np.nan) for b in blocks]
+            if not np.all(np.isnan(ys)):
+                ax.plot(range(len(blocks)), ys, style, marker="o", ms=3, label=f"{branch}, {tok}")
+    ax.set_xticks(range(len(blocks)), blocks, rotation=45, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xlabel("encoder block")
+    ax.set_ylabel("‖z‖ / ‖f(z)‖")
+    ax.set_title("Skip-connection norm ratios")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def report(results: dict, out_dir: str) -> str:
+    """Writes `out_dir/report.md`: the plots that exist, with the headline numbers."""
+    name = os.path.basename(os.path.normpath(results["workdir"]))
+    lines = [f"# Analysis of `{name}` (step {results['step']}, {results['examples']} eval examples)", ""]
+    m = results["model"]
+    lines += [f"Model: `{m.get('name', 'vit')}` {m.get('variant', '')} classifier={m.get('classifier', '-')} "
+              f"attention={m.get('attention', '-')} skip_ablation={m.get('skip_ablation') or '-'}", ""]
+
+    def img(file, caption):
+        if os.path.exists(os.path.join(out_dir, file)):
+            lines.extend([f"## {caption}", "", f"![{caption}]({file})", ""])
+            return True
+        return False
+
+    if img("cka.png", "CKA between layers"):
+        c = np.asarray(results["cka"]["matrix"])
+        lines += [f"Mean off-diagonal CKA {c[~np.eye(len(c), dtype=bool)].mean():.3f}.", ""]
+    for f in sorted(os.listdir(out_dir)):
+        if f.startswith("cka_vs_"):
+            img(f, f"CKA across models ({f[7:-4]})")
+            c = np.asarray(results["cka_across"]["matrix"])
+            lines += [f"Max CKA of each of this model's layers with any layer of the other: "
+                      f"{', '.join(f'{v:.2f}' for v in c.max(1))}.", ""]
+    if img("attention_distance.png", "Mean attention distance"):
+        for b, h in results["attention_distance_pixels"].items():
+            lines.append(f"- {b}: " + ", ".join(f"{v:.1f}" for v in sorted(h)) + " px")
+        lines.append("")
+    if img("posemb_similarity.png", "Positional-embedding similarity"):
+        p = results["posemb"]
+        lines += [f"Locality (Spearman of similarity vs grid distance): {p['locality_spearman']:.3f}"
+                  + (f" after π⁻¹ re-indexing ({p['locality_spearman_token_order']:.3f} in token order)"
+                     if p["reindexed_by_inverse_permutation"] else ""), ""]
+    if img("localization.png", "Localization"):
+        lines += [f"Own patch is the best-matching location for "
+                  f"{results['localization']['own_patch_fraction']:.1%} of output tokens.", ""]
+    if img("probes.png", "Linear probes"):
+        lines += ["| layer/feature | 1-shot | 5-shot | 10-shot | 25-shot | full |", "|---|---|---|---|---|---|"]
+        for k, v in results["probes"].items():
+            lines.append(f"| {k} | " + " | ".join(f"{v[s]:.3f}" for s in ("1", "5", "10", "25", "full")) + " |")
+        lines.append("")
+    if img("skip_norms.png", "Skip norm ratios"):
+        lines += ["| block/branch/tokens | ‖z‖/‖f(z)‖ |", "|---|---|"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in results["skip_norm_ratios"].items()]
+        lines.append("")
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,50 @@
+"""Positional-embedding similarity (Jelassi, Sander & Li 2022, Fig. 1; ViT paper Fig. 7 centre).
+
+The learned posemb `P` `[N, D]` (patch positions only, CLS row dropped) gives the cosine-similarity matrix
+`S_ij = ⟨p_i, p_j⟩ / (‖p_i‖ ‖p_j‖)` in [−1, 1]; row i reshaped to the patch grid is position i's similarity map.
+For a model trained on permuted patches (output patch i = input patch π[i]), the token position holding original
+patch a is π⁻¹[a], so `P[π⁻¹]` re-indexes the embeddings to the original image layout.
+
+Locality score: the Spearman rank correlation between `S_ij` and the grid distance of i and j over all pairs
+i < j. Strongly negative = similarity decays with distance (a spatially structured posemb); ≈ 0 = no structure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from vit_jax_struct.analysis.attention import grid_distances
+
+
+def posemb_patches(params, has_cls: bool) -> np.ndarray:
+    """The learned posemb of the patch positions `[N, D]` from ViT params (CLS row dropped when present).
+
+    Raises:
+      ValueError: the model has no learned posemb (`posemb='sincos2d'`).
+    """
+    try:
+        pe = np.asarray(params["Transformer"]["posembed_input"]["pos_embedding"])[0]
+    except KeyError as e:
+        raise ValueError("the model has no learned posemb (Transformer/posembed_input/pos_embedding)") from e
+    return pe[1:] if has_cls else pe
+
+
+def cosine_similarity(p) -> np.ndarray:
+    """`[N, D] -> [N, N]` cosine similarities (float64)."""
+    p = np.asarray(p, np.float64)
+    p = p / np.clip(np.linalg.norm(p, axis=-1, keepdims=True), 1e-12, None)
+    return p @ p.T
+
+
+def reindex(p, inverse_perm) -> np.ndarray:
+    """`P[π⁻¹]`: posemb rows in the original (unpermuted) patch order."""
+    return np.asarray(p)[np.asarray(inverse_perm)]
+
+
+def locality_score(p, grid: tuple[int, int]) -> float:
+    """Spearman correlation between posemb cosine similarity and grid distance over all pairs i < j."""
+    s = cosine_similarity(p)
+    d = grid_distances(grid)
+    iu = np.triu_indices(len(s), k=1)
+    return float(spearmanr(s[iu], d[iu]).statistic)

@@ -1,0 +1,186 @@
+"""Scoreboard: a markdown + CSV table of runs' ablation knobs and final metrics, and the catalog rows' verdicts.
+
+    python -m vit_jax_struct.report --runs=runs/cifar_ablations [--runs=OTHER …] --out=docs/results
+
+Reads every workdir below the given folders (a folder with `config.json` and `metrics.jsonl`), takes its last
+`eval/accuracy`, and for each catalog row of DESIGN.md that the runs cover (J1 positional attention, J2/J3 permuted
+patches for ViT/CNN, R3 skip removal, R5 GAP vs CLS, R2/R7 data size) compares the treatment arm with the matching
+baseline arm (same model family, step budget and remaining knobs; accuracies averaged over seeds) and states the
+effect beside the paper's, with a verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+
+COLUMNS = ("run", "model", "attention", "classifier", "skip_ablation", "permute_patches", "train_fraction", "seed",
+           "steps", "eval/accuracy")
+
+
+def _model_name(m: dict) -> str:
+    if m.get("name", "vit") == "vit":
+        size = f"w{m.get('width') or ''}d{m.get('depth') or ''}" if m.get("width") or m.get("depth") else ""
+        return f"ViT-{m.get('variant')}{'/' + size if size else ''}"
+    if m["name"] == "resnet":
+        return f"ResNet-{m.get('depth')}"
+    return "VGG-19" if m["name"] == "vgg" else m["name"]
+
+
+def read_run(workdir: str) -> dict | None:
+    """Knobs and final metrics of one workdir, or None if it has no evaluation yet."""
+    with open(os.path.join(workdir, "config.json")) as f:
+        cfg = json.load(f)
+    acc, step = None, 0
+    mpath = os.path.join(workdir, "metrics.jsonl")
+    if os.path.exists(mpath):
+        with open(mpath) as f:
+            for line in f:
+                r = json.loads(line)
+                if "eval/accuracy" in r and r["step"] >= step:
+                    acc, step = r["eval/accuracy"], r["step"]
+    if acc is None:
+        return None
+    m, d = cfg.get("model", {}), cfg.get("data", {})
+    return {"run": workdir, "family": "vit" if m.get("name", "vit") == "vit" else "cnn", "model": _model_name(m),
+            "attention": m.get("attention", "standard") if "variant" in m else "-",
+            "classifier": m.get("classifier", "-"),
+            "skip_ablation": m.get("skip_ablation") or "-", "permute_patches": bool(d.get("permute_patches")),
+            "train_fraction": d.get("train_fraction") or 1.0, "seed": cfg.get("seed", 0), "steps": step,
+            "eval/accuracy": acc}
+
+
+def find_runs(roots) -> list[dict]:
+    """All evaluated workdirs below `roots`, sorted by path."""
+    runs = []
+    for root in roots:
+        for d, _, files in os.walk(root):
+            if "config.json" in files and "checkpoints" not in d.split(os.sep):
+                r = read_run(d)
+                if r:
+                    runs.append(r)
+    return sorted(runs, key=lambda r: r["run"])
+
+
+BASE = {"attention": "standard", "classifier": "token", "skip_ablation": "-", "permute_patches": False,
+        "train_fraction": 1.0}
+
+# id, paper row, family, treatment knobs, the paper's finding, verdict rule on Δ (points): same sign / small.
+CATALOG = [
+    ("J1", "positional vs standard attention (ViT)", "vit", {"attention": "positional"},
+     "≈ equal on CIFAR-10/100, SVHN; −3.0 on ImageNet (Jelassi et al. Table 1)", "small"),
+    ("J2", "permuted vs original patches (ViT)", "vit", {"permute_patches": True},
+     "no clear effect (Jelassi et al. §6)", "small"),
+    ("J3", "permuted vs original patches (CNN)", "cnn", {"permute_patches": True},
+     "CNNs lose accuracy (Jelassi et al. §6)", "negative"),
+    ("R3", "skip connections removed in a middle block (ViT)", "vit", {"skip_ablation": "*"},
+     "≈ −4 % top-1 (Raghu et al. §5)", "negative"),
+    ("R5", "GAP vs CLS classifier (ViT)", "vit", {"classifier": "gap"},
+     "both train; CLS localizes better (Raghu et al. §6)", "small"),
+    ("R2/R7", "train_fraction < 1 vs all data (ViT)", "vit", {"train_fraction": "<1"},
+     "less data → lower accuracy, higher layers diverge (Raghu et al. §7)", "negative"),
+]
+
+
+def _matches(run, knobs) -> bool:
+    for k, v in {**BASE, **knobs}.items():
+        if run[k] == "-" and v == BASE[k]:  # a knob the model does not have (CNN attention) is at its baseline
+            continue
+        if v == "*":
+            if run[k] == BASE[k]:
+                return False
+        elif v == "<1":
+            if not run[k] < 1.0:
+                return False
+        elif run[k] != v:
+            return False
+    return True
+
+
+def _mean(xs):
+    return statistics.mean(xs) if xs else None
+
+
+def compare(runs) -> list[dict]:
+    """One row per catalog entry with both arms present: accuracies (mean over seeds), Δ in points, verdict."""
+    rows = []
+    for rid, what, family, knobs, paper, rule in CATALOG:
+        base = [r for r in runs if r["family"] == family and _matches(r, {})]
+        treat = [r for r in runs if r["family"] == family and _matches(r, knobs)]
+        if not base or not treat:
+            continue
+        groups = sorted({(r["train_fraction"], r["skip_ablation"]) for r in treat}) if knobs.get(
+            "train_fraction") == "<1" or knobs.get("skip_ablation") == "*" else [None]
+        for g in groups:
+            base_steps = {r["steps"] for r in base}  # same step budget on both sides
+            t = [r for r in treat if (g is None or (r["train_fraction"], r["skip_ablation"]) == g)
+                 and r["steps"] in base_steps]
+            b = [r for r in base if r["steps"] in {r["steps"] for r in t}]
+            if not t or not b:
+                continue
+            acc_b, acc_t = _mean([r["eval/accuracy"] for r in b]), _mean([r["eval/accuracy"] for r in t])
+            delta = 100 * (acc_t - acc_b)
+            if rule == "small":
+                verdict = "same (|Δ| ≤ 2 points)" if abs(delta) <= 2 else f"differs ({delta:+.1f} points)"
+            else:
+                verdict = "same direction" if delta < 0 else "opposite direction"
+            label = what if g is None else f"{what} [{'fraction ' + str(g[0]) if g[0] < 1 else 'skip ' + g[1]}]"
+            rows.append({"id": rid, "comparison": label, "baseline": acc_b, "n_baseline": len(b), "treatment": acc_t,
+                         "n_treatment": len(t), "delta_points": delta, "paper": paper, "verdict": verdict,
+                         "models": ", ".join(sorted({r["model"] for r in t}))})
+    return rows
+
+
+def write(runs, rows, out: str, commands: str = "") -> tuple[str, str]:
+    """Writes `out/scoreboard.md` and `out/runs.csv`; returns their paths."""
+    os.makedirs(out, exist_ok=True)
+    csv_path, md_path = os.path.join(out, "runs.csv"), os.path.join(out, "scoreboard.md")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(runs)
+    lines = ["# Scoreboard", ""]
+    if commands:
+        lines += ["Produced by:", "", "```", commands.strip(), "```", ""]
+    lines += ["## Catalog rows", "",
+              "| id | comparison | model | baseline acc | treatment acc | Δ (points) | paper says | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['id']} | {r['comparison']} | {r['models']} | {r['baseline']:.4f} (n={r['n_baseline']}) "
+                     f"| {r['treatment']:.4f} (n={r['n_treatment']}) | {r['delta_points']:+.1f} | {r['paper']} "
+                     f"| {r['verdict']} |")
+    lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in runs:
+        vals = [os.path.basename(r["run"]) if k == "run" else
+                (f"{r[k]:.4f}" if k == "eval/accuracy" else str(r[k])) for k in COLUMNS]
+        lines.append("| " + " | ".join(vals) + " |")
+    with open(md_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return md_path, csv_path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", action="append", required=True, help="folder(s) holding workdirs (repeatable)")
+    ap.add_argument("--out", default="docs/results", help="where scoreboard.md and runs.csv go")
+    ap.add_argument("--commands", default="", help="text file with the commands that produced the runs")
+    args = ap.parse_args(argv)
+    runs = find_runs(args.runs)
+    if not runs:
+        print(f"no evaluated runs below {args.runs}", file=sys.stderr)
+        return 1
+    cmds = ""
+    if args.commands:
+        with open(args.commands) as f:
+            cmds = f.read()
+    md, csv_path = write(runs, compare(runs), args.out, cmds)
+    print(f"{len(runs)} runs -> {md}, {csv_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""One-layer positional-attention ViT of Jelassi, Sander & Li 2022 (§3, Eq. for f) and its measurements.
+
+    f(X) = Σ_i σ( Σ_j softmax_j(p_iᵀ Q p_j) ⟨v, X_j⟩ )
+
+The positional encodings p_i are fixed and orthonormal, so `p_iᵀ Q p_j` ranges over all D×D matrices: we take
+p_i = e_i and learn the attention logits `Q` `[D, D]` directly (row i = query position i). `v ∈ R^d` is the value
+vector. σ is a polynomial activation, cubic by default (the paper's choice of a polynomial σ; `"cubic"`: z³,
+`"cubic_linear"`: z + z³, `"linear"`: z). Training minimises the logistic loss `log(1 + exp(−y f(X)))` by full-batch
+gradient descent.
+
+Patch association (how the attention matches the partition S_1 … S_L), for A = softmax(Q) row-wise:
+- set purity = mean_i max_ℓ Σ_{j∈S_ℓ} A_ij — how completely position i attends to one whole set (chance C/D);
+- own-set mass = mean_i Σ_{j∈S_ℓ(i)} A_ij — how much it attends to its own set (chance C/D);
+- ARI = adjusted Rand index between a k-means clustering (k = L) of A's columns and the true partition.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score
+
+ACTIVATIONS = {"cubic": lambda z: z ** 3, "cubic_linear": lambda z: z + z ** 3, "linear": lambda z: z}
+
+
+def init_params(key, num_patches: int, dim: int, q_init_std: float, v_init_std: float) -> dict:
+    """`{"Q": [D, D] N(0, q_init_std²), "v": [d] N(0, v_init_std²)}` float32."""
+    kq, kv = jax.random.split(key)
+    return {"Q": q_init_std * jax.random.normal(kq, (num_patches, num_patches)),
+            "v": v_init_std * jax.random.normal(kv, (dim,))}
+
+
+def attention(q) -> jnp.ndarray:
+    """Row-wise softmax of the logits `[D, D]`."""
+    return jax.nn.softmax(q, axis=-1)
+
+
+def forward(params, x, activation: str = "cubic"):
+    """f(X) `[n]` for inputs `[n, D, d]`."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"theory.model.activation {activation!r} is not one of {sorted(ACTIVATIONS)}")
+    s = x @ params["v"]                       # ⟨v, X_j⟩: [n, D]
+    h = s @ attention(params["Q"]).T          # Σ_j A_ij ⟨v, X_j⟩: [n, D]
+    return ACTIVATIONS[activation](h).sum(-1)
+
+
+def logistic_loss(params, x, y, activation: str = "cubic"):
+    """Mean of `log(1 + exp(−y f(X)))`."""
+    return jnp.mean(jax.nn.softplus(-y * forward(params, x, activation)))
+
+
+def test_error(params, x, y, activation: str = "cubic") -> float:
+    """Fraction of examples with `sign f(X) ≠ y` (0 counts as an error)."""
+    return float(jnp.mean(jnp.sign(forward(params, x, activation)) != y))
+
+
+def set_masses(a, partition) -> np.ndarray:
+    """`[D, L]`: attention mass of each row on each set."""
+    a = np.asarray(a)
+    return np.stack([a[:, s].sum(1) for s in np.asarray(partition)], axis=1)
+
+
+def patch_association(a, partition, seed: int = 0) -> dict:
+    """`{"purity", "own_set_mass", "ari"}` of an attention matrix `[D, D]` against the partition `[L, C]`."""
+    partition = np.asarray(partition)
+    m = set_masses(a, partition)
+    owner = np.empty(partition.size, int)
+    for ell, s in enumerate(partition):
+        owner[s] = ell
+    own = m[np.arange(len(m)), owner]
+    clusters = KMeans(n_clusters=len(partition), n_init=10, random_state=seed).fit_predict(np.asarray(a).T)
+    return {"purity": float(m.max(1).mean()), "own_set_mass": float(own.mean()),
+            "ari": float(adjusted_rand_score(owner, clusters))}
+
+
+def ideal_logits(partition, scale: float = 20.0) -> np.ndarray:
+    """Block-"diagonal" logits: `scale` within a set, 0 across — each position attends (almost) only to its set."""
+    partition = np.asarray(partition)
+    d = partition.size
+    q = np.zeros((d, d), np.float32)
+    for s in partition:
+        q[np.ix_(s, s)] = scale
+    return q
