@@ -5,7 +5,7 @@
     python -m vit_jax_struct.report --runs=runs/cifar_ablations --out=docs/results
 
 Every ViT arm is `configs/cifar10_vit.py` (width 192, depth 6, 8-px patches) with the same step budget
-(`steps`, default 600 = 1.5 epochs, ≈ 5 min each on 2 CPU cores); ResNet-18 arms use 300 steps (≈ 13 min each).
+(`steps`, default 500 = 1.3 epochs, ≈ 3.5 min each on 2 CPU cores); ResNet-18 arms use 200 steps (≈ 9 min each).
 Arms: baseline, permuted patches, positional attention, GAP classifier (2 seeds each); skip removal in the middle
 block (block 3 of 6, both residuals); train_fraction 0.1 / 0.3 (steps fixed); ResNet-18 original vs permuted.
 Arguments: `steps=N` (ViT budget), `cnn_steps=N`, `root=PATH` (the CIFAR-10 image folder, default /tmp/data/cifar10).
@@ -16,7 +16,7 @@ from launch.sweep import grid
 
 
 def get_sweep(arg=None):
-    a = common.parse_arg(arg, steps=600, cnn_steps=300, root="/tmp/data/cifar10")
+    a = common.parse_arg(arg, steps=500, cnn_steps=200, root="/tmp/data/cifar10")
     vit = f"configs/cifar10_vit.py:steps={a.steps}"
     runs = []
     for run in grid(**{"seed": [0, 1], "data.permute_patches": [False, True]}):
