@@ -9,8 +9,7 @@ from configs.theory import common
 
 
 def get_config(arg=None):
-    del arg
-    c = common.base("J6 empirical risk, Gaussian init, learned v", "empirical")
+    c = common.base("J6 empirical risk, Gaussian init, learned v", "empirical", arg)
     c.model.v_fixed_scale = 0.0
     c.model.v_init_std = 0.1
     c.train.n_train = 2048

@@ -9,7 +9,6 @@ from configs.theory import common
 
 
 def get_config(arg=None):
-    del arg
-    c = common.base("J10 population risk, no spatial structure", "population")
+    c = common.base("J10 population risk, no spatial structure", "population", arg)
     c.data.structured = False
     return c

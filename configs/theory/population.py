@@ -9,5 +9,4 @@ from configs.theory import common
 
 
 def get_config(arg=None):
-    del arg
-    return common.base("J5 population risk, structured data", "population")
+    return common.base("J5 population risk, structured data", "population", arg)

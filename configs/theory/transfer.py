@@ -11,5 +11,4 @@ from configs.theory import common
 
 
 def get_config(arg=None):
-    del arg
-    return common.base("J7-J9 transfer of patch association", "transfer")
+    return common.base("J7-J9 transfer of patch association", "transfer", arg)

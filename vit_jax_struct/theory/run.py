@@ -162,8 +162,11 @@ def transfer(cfg, workdir, writer) -> dict:
         writer.write(int(n), {f"theory/test_error/{k}": v for k, v in errs.items()})
         logging.info("transfer n'=%d: %s", n, errs)
     thr = t.target_error
-    first = {k: next((int(n) for n, e in zip(t.n_values, v, strict=True) if e <= thr), None)
-             for k, v in curves.items()}
+    # Samples needed: the smallest n' from which the error stays ≤ target for every larger n' tried.
+    first = {}
+    for k, v in curves.items():
+        ok = [e <= thr for e in v]
+        first[k] = next((int(t.n_values[i]) for i in range(len(ok)) if all(ok[i:])), None)
     _plot_transfer(list(t.n_values), curves, thr, os.path.join(workdir, "plots", "transfer.png"))
     return {"mode": "transfer", "pretrained_association": pre_assoc, "n_values": list(t.n_values),
             "test_error": curves, "target_error": thr, "samples_to_target": first}
