@@ -9,8 +9,9 @@
 Model: ViT with 8x8-pixel patches (4x4 grid + CLS), width 128, 6 blocks, 4 heads, MLP 256 (0.8 M parameters);
 AdamW lr 1e-3, weight decay 0.05, 400 warmup steps then cosine, batch 128, 4,000 steps (10.2 epochs);
 pad-4 random crop + flip. Measured on 2 CPU cores (≈ 410 img/s, 23 min in all): test accuracy 0.402 / 0.483 /
-0.550 / 0.561 after 1k / 2k / 3k / 4k steps; expected ≥ 0.55. Arguments (comma-separated): `tfds=<name>` reads TFDS instead
-of the folder; `model=resnet18|vgg19` trains a CNN baseline with the same data, optimizer and budget;
+0.550 / 0.561 after 1k / 2k / 3k / 4k steps; expected ≥ 0.55.
+Arguments (comma-separated): `tfds=<name>` reads TFDS instead of the folder; `model=resnet18|vgg19` trains a CNN
+baseline with the same data, optimizer and budget;
 `steps=N` shortens the schedule (sweeps); `runlocal` shrinks it to a few steps (tests).
 """
 

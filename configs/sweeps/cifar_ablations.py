@@ -9,7 +9,8 @@ Every ViT arm is `configs/cifar10_vit.py` (width 192, depth 6, 8-px patches) wit
 Arms: baseline and permuted patches (2 seeds: the effect to show is small); positional attention and GAP classifier
 (`seeds` seeds, default 1); skip removal in the middle block (block 3 of 6, both residuals); train_fraction 0.1 / 0.3
 (steps fixed); ResNet-18 original vs permuted.
-Arguments: `steps=N` (ViT budget), `cnn_steps=N`, `seeds=N` (positional/GAP arms), `root=PATH` (the CIFAR-10 image folder, default /tmp/data/cifar10).
+Arguments: `steps=N` (ViT budget), `cnn_steps=N`, `seeds=N` (positional/GAP arms), `root=PATH` (the CIFAR-10
+image folder, default /tmp/data/cifar10).
 """
 
 from configs import common
