@@ -20,19 +20,21 @@ from launch.sweep import grid
 def get_sweep(arg=None):
     a = common.parse_arg(arg, steps=500, cnn_steps=150, seeds=1, root="/tmp/data/cifar10")
     vit = f"configs/cifar10_vit.py:steps={a.steps}"
-    runs = []
-    for run in grid(**{"seed": [0, 1], "data.permute_patches": [False, True]}):
-        runs.append(run)
-    for seed in range(a.seeds):
-        runs.append({"name": f"attention=positional,seed={seed}",
-                     "overrides": {"seed": seed, "model.attention": "positional"}})
-        runs.append({"name": f"classifier=gap,seed={seed}", "overrides": {"seed": seed, "model.classifier": "gap"}})
-    runs.append({"name": "skip_ablation=3both,seed=0", "overrides": {"seed": 0, "model.skip_ablation": "3:both"}})
-    for frac in (0.1, 0.3):
-        runs.append({"name": f"train_fraction={frac},seed=0", "overrides": {"seed": 0, "data.train_fraction": frac}})
+    runs = grid(**{"seed": [0, 1], "data.permute_patches": [False, True]})
     for run in runs:
         run["config"] = vit
-    for perm in (False, True):
-        runs.append({"name": f"model=resnet18,permute_patches={perm},seed=0", "config": "configs/cifar10_vit.py:"
-                     f"model=resnet18,steps={a.cnn_steps}", "overrides": {"seed": 0, "data.permute_patches": perm}})
+    cnn = f"configs/cifar10_vit.py:model=resnet18,steps={a.cnn_steps}"
+    resnet = [{"name": f"model=resnet18,permute_patches={perm},seed=0", "config": cnn,
+               "overrides": {"seed": 0, "data.permute_patches": perm}} for perm in (False, True)]
+    single = [{"name": "skip_ablation=3both,seed=0", "overrides": {"seed": 0, "model.skip_ablation": "3:both"}}]
+    for seed in range(a.seeds):
+        single.append({"name": f"classifier=gap,seed={seed}", "overrides": {"seed": seed, "model.classifier": "gap"}})
+        single.append({"name": f"attention=positional,seed={seed}",
+                       "overrides": {"seed": seed, "model.attention": "positional"}})
+    for frac in (0.1, 0.3):
+        single.append({"name": f"train_fraction={frac},seed=0", "overrides": {"seed": 0, "data.train_fraction": frac}})
+    for run in single:
+        run["config"] = vit
+    # Order: what the analyses need first (ResNet-18, skip removal, GAP), then the remaining arms.
+    runs += [resnet[0], single[0], single[1], resnet[1], *single[2:]]
     return {"config": vit, "overrides": {"data.root": a.root}, "runs": runs}
