@@ -90,7 +90,7 @@ def test_sweep_expands_and_every_run_builds(tmp_path):
         apply_overrides(c, {**sw["overrides"], **run["overrides"]})
         c.data.num_classes = 0
         parts = trainer.build(c)
-        assert parts["total_steps"] == (8 if c.model.name == "vit" else 150)
+        assert parts["total_steps"] == (8 if c.model.name == "vit" else 200)
     assert any("--config.model.attention=positional" in cmd for _, _, cmd in cmds)
 
 

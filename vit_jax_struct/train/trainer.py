@@ -271,7 +271,8 @@ def train_and_evaluate(config, workdir: str, devices=None):
 
     num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract_state["params"]))
     logging.info("model %s: %s parameters (%.2f M); mesh %s; global batch %d (%d per host)",
-                 config.model.get("variant"), f"{num_params:,}", num_params / 1e6, dict(mesh.shape),
+                 config.model.get("variant") or config.model.get("name"), f"{num_params:,}", num_params / 1e6,
+                 dict(mesh.shape),
                  config.batch_size, parts["per_host_batch"])
 
     train_step = make_train_step(config, parts["model"], parts["tx"], parts["schedule"], parts["num_classes"],
