@@ -125,7 +125,7 @@ def compare(runs) -> list[dict]:
             acc_b, acc_t = _mean([r["eval/accuracy"] for r in b]), _mean([r["eval/accuracy"] for r in t])
             delta = 100 * (acc_t - acc_b)
             if rule == "small":
-                verdict = "same (|Δ| ≤ 2 points)" if abs(delta) <= 2 else f"differs ({delta:+.1f} points)"
+                verdict = "same (within 2 points)" if abs(delta) <= 2 else f"differs ({delta:+.1f} points)"
             else:
                 verdict = "same direction" if delta < 0 else "opposite direction"
             label = what if g is None else f"{what} [{'fraction ' + str(g[0]) if g[0] < 1 else 'skip ' + g[1]}]"

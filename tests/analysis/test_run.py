@@ -35,7 +35,8 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
     heads = saved["attention_distance_pixels"]["block00"]
     assert len(heads) == 2 and all(0 <= h <= 4 * np.hypot(1, 1) for h in heads)  # 2x2 grid of 4-px patches
     assert saved["posemb"]["reindexed_by_inverse_permutation"] is True
-    assert set(saved["probes"]) == {"stem/patch_mean", "block00/cls", "block00/patch_mean"}
+    assert set(saved["probes"]) == {"stem/patch_mean", "block00/cls", "block00/patch_mean",
+                                    *(f"block00/token{t:02d}" for t in range(5))}  # CLS + 2x2 patch tokens
     assert 0 <= saved["probes"]["block00/cls"]["full"] <= 1
     assert set(saved["skip_norm_ratios"]) == {"block00/mhsa/cls", "block00/mhsa/patches", "block00/mlp/cls",
                                               "block00/mlp/patches"}

@@ -81,7 +81,7 @@ def probes(res: dict, path):
     """Accuracy per layer for each probe (feature kind × shots)."""
     fig, ax = plt.subplots(figsize=(7, 4))
     layers = sorted({k.split("/")[0] for k in res}, key=lambda n: (n != "stem", n))
-    kinds = sorted({k.split("/")[1] for k in res})
+    kinds = sorted({k.split("/")[1] for k in res} - {k.split("/")[1] for k in res if "/token" in k})
     for kind in kinds:
         for shots, style in (("10", "--"), ("full", "-")):
             ys = [res.get(f"{layer}/{kind}", {}).get(shots, np.nan) for layer in layers]

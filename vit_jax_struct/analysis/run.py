@@ -11,7 +11,8 @@ the model, and writes into `RUN/analysis/`:
 - `posemb_similarity.png`: cosine-similarity maps of the learned posemb (Jelassi et al. Fig. 1), re-indexed by
   π⁻¹ for a run on permuted patches, with the locality score;
 - `localization.png`: CKA of output tokens with input patches (Raghu et al. §6);
-- `probes.png`: per-layer ridge probes (k-shot and full) on the CLS token and the mean of patch tokens;
+- `probes.png`: per-layer ridge probes (k-shot and full) on the CLS token and the mean of patch tokens (and, in
+  the JSON, one probe per token position of the last block);
 - `skip_norms.png`: ‖z‖/‖f(z)‖ per block for the MHSA and MLP branches, CLS vs patch tokens (Raghu et al. §5);
 - `report.md`: one page linking the plots, with the numbers.
 """
@@ -183,6 +184,10 @@ def _probe_layers(parts, apply, variables, layer_names, has_cls, is_vit, num_exa
             for layer in layer_names:
                 for kind, f in _pooled(out[layer], is_vit, has_cls and layer != "stem").items():  # stem: no CLS
                     feats.setdefault((layer, kind, split), []).append(f)
+            last = np.asarray(out[layer_names[-1]], np.float32)
+            if last.ndim == 3:  # per-token probes on the last block: one probe per token position
+                for t in range(last.shape[1]):
+                    feats.setdefault((layer_names[-1], f"token{t:02d}", split), []).append(last[:, t])
             labels.append(y)
         feats[("labels", split)] = np.concatenate(labels)
     result = {}
