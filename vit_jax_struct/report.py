@@ -27,7 +27,8 @@ def _model_name(m: dict) -> str:
         size = f"w{m.get('width') or ''}d{m.get('depth') or ''}" if m.get("width") or m.get("depth") else ""
         return f"ViT-{m.get('variant')}{'/' + size if size else ''}"
     if m["name"] == "resnet":
-        return f"ResNet-{m.get('depth')}"
+        width = m.get("width", 64)
+        return f"ResNet-{m.get('depth')}" + (f" (width {width})" if width != 64 else "")
     return "VGG-19" if m["name"] == "vgg" else m["name"]
 
 
