@@ -77,6 +77,16 @@ class _Unit(nn.Module):
         return nn.relu(x + y)
 
 
+def _gap_head(x, out: dict, num_classes, dtype):
+    """Global average pool `[B, h, w, C] -> pre_logits [B, C]`, then the `head` Dense (call inside a compact method)."""
+    x = jnp.mean(x, axis=(1, 2))
+    out["pre_logits"] = x
+    if num_classes:
+        x = nn.Dense(num_classes, dtype=dtype, name="head")(x)
+    out["logits"] = x.astype(jnp.float32)
+    return out["logits"], out
+
+
 RESNETS = {18: ((2, 2, 2, 2), False), 34: ((3, 4, 6, 3), False), 50: ((3, 4, 6, 3), True),
            101: ((3, 4, 23, 3), True), 152: ((3, 8, 36, 3), True)}
 
@@ -126,12 +136,7 @@ class ResNet(nn.Module):
                           self.dtype, name=f"stage{s + 1}_unit{u + 1}")(x, train)
                 out[f"block{i:02d}"] = x
                 i += 1
-        x = jnp.mean(x, axis=(1, 2))
-        out["pre_logits"] = x
-        if self.num_classes:
-            x = nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x)
-        out["logits"] = x.astype(jnp.float32)
-        return out["logits"], out
+        return _gap_head(x, out, self.num_classes, self.dtype)
 
 
 VGG19 = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M", 512, 512, 512, 512, "M")
@@ -161,9 +166,4 @@ class VGG(nn.Module):
             x = nn.relu(_norm(self.norm, train, self.dtype, f"norm{i}")(x))
             out["stem" if i == 0 else f"block{i - 1:02d}"] = x
             i += 1
-        x = jnp.mean(x, axis=(1, 2))
-        out["pre_logits"] = x
-        if self.num_classes:
-            x = nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x)
-        out["logits"] = x.astype(jnp.float32)
-        return out["logits"], out
+        return _gap_head(x, out, self.num_classes, self.dtype)
