@@ -4,8 +4,9 @@
 `vit_jax_struct/analysis/run.py`).
 
 Without `--workdir` a run lives in `runs/<config name>[_<arg>]`, so rerunning the same command resumes it.
-`--config.multihost=True` (set by `launch/tpu_vm.sh`) calls `jax.distributed.initialize()` first: one process
-per host, every host running the same command.
+`--config.multihost=True` (set by `launch/tpu_vm.sh`) calls `vit_jax_struct.train.distributed.initialize` first: one
+process per host, every host running the same command; `--config.distributed.*` give the coordinator, process count
+and index where the environment does not (see that module).
 """
 
 import logging as logging_std
@@ -48,10 +49,10 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
-    if config.get("multihost"):
-        import jax
+    if config.get("multihost"):  # Before anything touches JAX; fails within config.distributed.timeout_s.
+        from vit_jax_struct.train import distributed
 
-        jax.distributed.initialize()  # Coordinator, process count and index from the TPU/cluster environment.
+        distributed.initialize(config.get("distributed"))
     workdir = _WORKDIR.value or default_workdir(config_flags.get_config_filename(flags.FLAGS["config"])
                                                 + _config_arg_suffix())
     logging.info("workdir: %s", os.path.abspath(workdir))

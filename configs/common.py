@@ -14,13 +14,26 @@ def base() -> ml_collections.ConfigDict:
     c.seed = 0                        # Root of all randomness: init, dropout, data order, augmentation.
     c.total_steps = 1000              # Optimizer steps.
     c.batch_size = 128                # Global batch (examples), split over all devices and hosts.
+    c.accum_steps = 1                 # Gradient accumulation: micro-batches of batch_size/accum_steps per update.
     c.eval_batch_size = 0             # 0: same as batch_size.
     c.log_every_steps = 50
     c.eval_every_steps = 500          # 0: evaluate only at the end.
     c.checkpoint_every_steps = 500    # Plus at the end and on SIGTERM.
     c.keep_checkpoints = 3
-    c.init_from = ""                  # Warm start: a workdir or checkpoints/<step> folder (parameters only).
+    c.init_from = ""                  # Warm start: a workdir or checkpoints/<step> folder (parameters only),
+    #                                   or a published ViT .npz (vit_jax / big_vision layout, models/official.py):
+    c.init_reinit = r"^(head|pre_logits)/"  # .npz: params (regex on paths) kept at their fresh init; matching
+    #                                   checkpoint entries are dropped ("": load everything, shapes must match)
+    c.init_posemb_resize = "zoom"     # .npz posemb grid resampling: "zoom" (scipy, as vit_jax) | "bilinear" | "bicubic"
+    c.init_posemb_grid = ""           # .npz: the checkpoint's patch grid "h,w" when not square ("": square)
+    c.init_convert_classifier = False  # .npz: allow token ckpt -> gap model (drop cls) / gap -> token (zero cls)
     c.multihost = False               # jax.distributed.initialize() before anything else (one process per host).
+    # Read with multihost=True (vit_jax_struct/train/distributed.py); ""/0/-1: from the environment (TPU VM, SLURM).
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.coordinator_address = ""  # "host:port" of process 0 (it runs the coordination service)
+    c.distributed.num_processes = 0   # processes in the run (one per host)
+    c.distributed.process_id = -1     # this process's index in [0, num_processes)
+    c.distributed.timeout_s = 300     # seconds for every process to join, else a TimeoutError naming who waited
     c.tensorboard = True
     c.loss = "softmax_xent"           # or "sigmoid_xent"
     c.label_smoothing = 0.0
@@ -42,6 +55,8 @@ def base() -> ml_collections.ConfigDict:
     c.model.positional_attention_blocks = ""  # "": all blocks; "0,1": those
     c.model.add_posemb = True         # add the posemb to the tokens
     c.model.skip_ablation = ""        # e.g. "6:both,7:mhsa" removes residuals (Raghu et al. 2021 §5)
+    c.model.remat_policy = "none"     # per-block jax.checkpoint policy: "nothing_saveable", "dots_saveable", …
+    c.model.scan = False              # nn.scan over encoder blocks (params stacked: Transformer/encoderblock [L, …])
 
     c.data = ml_collections.ConfigDict()
     c.data.source = "digits"          # "digits" | "folder" | "tfds"
@@ -71,6 +86,8 @@ def base() -> ml_collections.ConfigDict:
     c.pp.value_range = (-1.0, 1.0)
 
     c.optim = ml_collections.ConfigDict()
+    c.optim.name = "adamw"            # "adamw" | "sgd" (heavy-ball momentum: the ViT fine-tuning recipe)
+    c.optim.momentum = 0.9            # sgd only; 0: plain SGD
     c.optim.lr = 1e-3
     c.optim.warmup_steps = 100
     c.optim.schedule = "cosine"       # "cosine" | "linear" | "constant"
@@ -80,6 +97,7 @@ def base() -> ml_collections.ConfigDict:
     c.optim.b1 = 0.9
     c.optim.b2 = 0.999
     c.optim.eps = 1e-8
+    c.optim.mu_dtype = ""             # Adam first-moment dtype: "" (= params, float32) or "bfloat16"
     c.optim.grad_clip_norm = 1.0      # 0: no clipping
     return c
 

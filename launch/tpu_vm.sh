@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Train on a Cloud TPU VM slice: create it, copy this repository to every worker, install, run main.py on all
-# workers at once (one process per host; main.py calls jax.distributed.initialize() with --config.multihost=True).
+# workers at once (one process per host; with --config.multihost=True main.py joins them through
+# jax.distributed.initialize, which reads coordinator, process count and index from the TPU metadata, and fails
+# within --config.distributed.timeout_s [300 s] if a worker does not join).
 #
 #   launch/tpu_vm.sh create  NAME ZONE ACCELERATOR [VERSION]    e.g. launch/tpu_vm.sh create vit-l us-central2-b v4-32
 #   launch/tpu_vm.sh setup   NAME ZONE                           copy + pip install on all workers

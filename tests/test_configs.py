@@ -10,8 +10,8 @@ import pytest
 
 from tests.conftest import apply_overrides, write_image_folder
 from vit_jax_struct.data import permute
-from vit_jax_struct.models import get_model
-from vit_jax_struct.train import metrics, trainer
+from vit_jax_struct.models import get_model, official
+from vit_jax_struct.train import metrics, optim, trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "configs", "**", "*.py"),
@@ -30,6 +30,8 @@ RUNS = {
     "configs/vit_b16.py": ("runlocal", 224, {"model.depth": 2}),
     "configs/vit_l16.py": ("runlocal", 224, {"total_steps": 1, "model.depth": 2}),
     "configs/vit_h14.py": ("runlocal", 224, {"total_steps": 1, "model.depth": 2}),
+    # Fine-tuning from a random .npz in the published layout (written by the test, 224 px -> the recipe's 384 px).
+    "configs/vit_b16_finetune.py": ("runlocal", 64, {"total_steps": 1, "model.depth": 2}),
 }
 THEORY = {"configs/theory/population.py", "configs/theory/no_structure.py", "configs/theory/empirical.py",
           "configs/theory/transfer.py"}
@@ -40,6 +42,16 @@ def load(path, arg=None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config(arg)
+
+
+def random_official_npz(c, path, image_size=224, classes=21):
+    """A random `.npz` in the original ViT layout for `c.model` pretrained at `image_size` px, with a pre_logits
+    layer and a `classes`-way head like the ImageNet-21k releases; written without compiling anything."""
+    model = get_model({**c.model, "representation_size": 8}, classes)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), np.zeros((1, image_size, image_size, 3))))
+    rng = np.random.default_rng(0)
+    return official.save_npz(path, jax.tree.map(lambda s: 0.02 * rng.standard_normal(s.shape, np.float32),
+                                                shapes["params"]))
 
 
 def test_every_config_file_is_exercised():
@@ -59,6 +71,8 @@ def test_config_builds_and_trains(path, tmp_path):
         c.data.num_classes = 0
     c.tensorboard = False
     apply_overrides(c, overrides)
+    if c.init_from.endswith(".npz"):  # fine-tuning recipes: a random i21k-style checkpoint instead of the download
+        c.init_from = random_official_npz(c, str(tmp_path / "pretrained.npz"))
     state, last = trainer.train_and_evaluate(c, str(tmp_path / "run"))
     assert int(state["step"]) == c.total_steps
     losses = [r["train/loss"] for r in metrics.read_metrics(str(tmp_path / "run")) if "train/loss" in r]
@@ -125,3 +139,26 @@ def test_large_configs_use_dropout_and_fsdp():
     with pytest.raises(ValueError, match=r"config argument 'runlcoal' is not one of"):
         load("configs/vit_l16.py", "runlcoal")
     assert load("configs/vit_l16.py", "data=i21k").data.num_classes == 21843
+
+
+def test_finetune_recipe_is_the_vit_papers():
+    c = load("configs/vit_b16_finetune.py")
+    assert c.init_from == "gs://vit_models/imagenet21k/ViT-B_16.npz" and c.init_reinit == r"^(head|pre_logits)/"
+    assert (c.optim.name, c.optim.momentum, c.optim.weight_decay, c.optim.grad_clip_norm) == ("sgd", 0.9, 0.0, 1.0)
+    assert (c.batch_size, c.total_steps, c.data.image_size, c.loss, c.optim.schedule) == (
+        512, 20_000, 384, "softmax_xent", "cosine")
+    assert load("configs/vit_b16_finetune.py", "data=cifar10,ckpt=/x/B_16.npz").init_from == "/x/B_16.npz"
+    with pytest.raises(ValueError, match=r"data='svhn' is not one of"):
+        load("configs/vit_b16_finetune.py", "data=svhn")
+    # SGD with heavy-ball momentum 0.9 (clipping off, constant lr 0.1): updates -0.1 g, then -0.1 (0.9 g + g).
+    cfg = c.optim.copy_and_resolve_references()
+    cfg.update(lr=0.1, warmup_steps=0, schedule="constant", grad_clip_norm=0.0)
+    tx, _ = optim.make_optimizer(cfg, 10)
+    p, g = {"w": np.ones(2, np.float32)}, {"w": np.full(2, 0.5, np.float32)}
+    u1, s1 = tx.update(g, tx.init(p), p)
+    u2, _ = tx.update(g, s1, p)
+    np.testing.assert_allclose(u1["w"], -0.05, rtol=1e-6)
+    np.testing.assert_allclose(u2["w"], -0.095, rtol=1e-6)
+    cfg.name = "lamb"
+    with pytest.raises(ValueError, match=r"optim.name 'lamb' is not one of"):
+        optim.make_optimizer(cfg, 10)

@@ -29,6 +29,7 @@ from absl import logging
 
 from vit_jax_struct.analysis import attention, cka, localization, norms, plots, posemb, probes
 from vit_jax_struct.data import permute, pipeline, sources
+from vit_jax_struct.models import vit
 from vit_jax_struct.train import checkpoint, trainer
 
 
@@ -47,6 +48,7 @@ def load_run(workdir: str, config=None):
     config = ml_collections.ConfigDict(config.to_dict())
     config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1))
     config.batch_size = config.eval_batch_size = 1  # analysis batches its own data
+    config.accum_steps = 1
     config.data.eval_examples = 0  # the whole eval split to draw from, whatever training evaluated on
     parts = trainer.build(config)
     ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
@@ -55,6 +57,12 @@ def load_run(workdir: str, config=None):
         raise FileNotFoundError(f"no checkpoint in {ckpt.directory}")
     state = ckpt.restore(step, parts["abstract_state"])
     ckpt.close()
+    if config.model.get("scan"):
+        # The analyses read blocks by name (`encoderblock_<i>` intermediates): run the unscanned model on the
+        # converted parameters (same function; remat changes nothing at inference).
+        config.model.scan, config.model.remat_policy = False, "none"
+        parts = trainer.build(config)
+        state = {**state, "params": vit.unstack_blocks(state["params"])}
     logging.info("analysis: restored %s step %d", workdir, step)
     return config, parts, trainer.model_variables(state), step
 

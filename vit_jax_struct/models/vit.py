@@ -181,7 +181,8 @@ class Encoder1DBlock(nn.Module):
     `mlp_branch`, each `[B, N, D]`) when it is mutable. `pos` (`[1, N, D]`) switches the MHSA to positional
     attention (see `MultiHeadDotProductAttention`).
 
-    Call: `(x [B, N, D], deterministic, pos=None) -> (x [B, N, D], attention weights [B, heads, N, N])`.
+    Call: `(x [B, N, D], deterministic, pos=None) -> (x [B, N, D], attention weights [B, heads, N, N])`; with
+    `scan_output=True` (the `nn.scan` body of `Encoder(scan=True)`) `-> (x, (x, weights))`: carry and per-block output.
     """
 
     mlp_dim: int
@@ -190,6 +191,7 @@ class Encoder1DBlock(nn.Module):
     attention_dropout_rate: float = 0.0
     dtype: Dtype = jnp.float32
     remove_skip: str | None = None
+    scan_output: bool = False
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True, pos=None):
@@ -206,7 +208,8 @@ class Encoder1DBlock(nn.Module):
         y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name="MlpBlock_3")(y, deterministic)
         self.sow("intermediates", "mlp_residual", x)
         self.sow("intermediates", "mlp_branch", y)
-        return (y if self.remove_skip in ("mlp", "both") else x + y), weights
+        x = y if self.remove_skip in ("mlp", "both") else x + y
+        return (x, (x, weights)) if self.scan_output else (x, weights)
 
 
 def parse_skip_ablation(spec, depth: int) -> dict[int, str]:
@@ -242,6 +245,80 @@ def parse_blocks(spec, depth: int) -> set[int]:
     return blocks
 
 
+# Per-block rematerialization policies (`jax.checkpoint_policies`): what the backward pass may keep from the forward
+# pass of an encoder block; everything else is recomputed. "none" keeps everything (no remat).
+REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+                  "everything_saveable")
+
+
+def remat_policy(name: str):
+    """`jax.checkpoint_policies.<name>` for a `model.remat_policy` value (None for "none").
+
+    Raises:
+      ValueError: a name not in `REMAT_POLICIES`.
+    """
+    if name not in REMAT_POLICIES:
+        raise ValueError(f"model.remat_policy {name!r} is not one of {REMAT_POLICIES}")
+    return None if name == "none" else getattr(jax.checkpoint_policies, name)
+
+
+SCANNED_BLOCK = "encoderblock"  # Name of the stacked block under `Transformer` when `scan=True`.
+_BLOCK_RE = re.compile(r"encoderblock_(\d+)$")
+
+
+def stack_blocks(params: dict) -> dict:
+    """Unscanned -> scanned parameter layout (`nn.scan` over encoder blocks).
+
+    `Transformer/encoderblock_{i}/<leaf>` `[...]` for i = 0 … L−1 become `Transformer/encoderblock/<leaf>` `[L, ...]`
+    (block i at index i); every other entry is kept. Works on any tree with the params layout (e.g. Adam moments).
+
+    Raises:
+      ValueError: the blocks are not numbered 0 … L−1, or their trees differ.
+    """
+    enc = dict(params["Transformer"])
+    idx = sorted(int(m.group(1)) for k in enc if (m := _BLOCK_RE.match(k)))
+    if not idx:
+        if SCANNED_BLOCK in enc:
+            return params
+        raise ValueError("stack_blocks: no Transformer/encoderblock_<i> entries to stack")
+    if idx != list(range(len(idx))):
+        raise ValueError(f"stack_blocks: encoder blocks {idx} are not numbered 0 … {len(idx) - 1}")
+    blocks = [enc.pop(f"encoderblock_{i}") for i in idx]
+    if any(jax.tree.structure(b) != jax.tree.structure(blocks[0]) for b in blocks):
+        raise ValueError("stack_blocks: encoder blocks have different parameter trees (e.g. positional attention "
+                         "in some blocks only) and cannot be stacked")
+    enc[SCANNED_BLOCK] = jax.tree.map(lambda *xs: jnp.stack(xs), *blocks)
+    return {**params, "Transformer": enc}
+
+
+def unstack_blocks(params: dict) -> dict:
+    """Scanned -> unscanned layout, the inverse of `stack_blocks`: `encoderblock/<leaf>` `[L, ...]` ->
+    `encoderblock_{i}/<leaf>` `[...]`. A tree that is already unscanned is returned unchanged."""
+    enc = dict(params["Transformer"])
+    if SCANNED_BLOCK not in enc:
+        return params
+    stacked = enc.pop(SCANNED_BLOCK)
+    depth = jax.tree.leaves(stacked)[0].shape[0]
+    for i in range(depth):
+        enc[f"encoderblock_{i}"] = jax.tree.map(lambda x, i=i: x[i], stacked)
+    return {**params, "Transformer": enc}
+
+
+def is_scanned(params) -> bool:
+    """True if a ViT parameter tree has the scanned layout (`Transformer/encoderblock` with a leading depth axis)."""
+    return isinstance(params, dict) and SCANNED_BLOCK in params.get("Transformer", {})
+
+
+def convert_layout(tree, scanned: bool):
+    """Converts every parameter-shaped subtree of `tree` (params, Adam moments, a whole train state) to the scanned
+    (`scanned=True`, `stack_blocks`) or unscanned layout; other leaves (step counters) are unchanged."""
+    fn = stack_blocks if scanned else unstack_blocks
+    has_blocks = lambda x: isinstance(x, dict) and isinstance(x.get("Transformer"), dict) and any(
+        k == SCANNED_BLOCK or _BLOCK_RE.match(k) for k in x["Transformer"])
+    return jax.tree.map(lambda x: fn(x) if has_blocks(x) else x, tree, is_leaf=has_blocks)
+
+
+
 class Encoder(nn.Module):
     """Transformer encoder: posemb, `depth` encoder blocks, final LayerNorm (original name `Transformer`).
 
@@ -249,6 +326,12 @@ class Encoder(nn.Module):
     from the posemb P; with `posemb='sincos2d'` the CLS token's positional vector is the learned `cls_pos_embedding`
     (with learned posemb it is P's first row). `add_posemb=False` keeps P out of the tokens (positions then enter
     only through positional attention).
+
+    Memory levers (Chen et al. 2016 "Training deep nets with sublinear memory cost"; big_vision `vit.py`):
+    `remat_policy` wraps every block in `nn.remat` with that `jax.checkpoint_policies` policy; `scan=True` runs the
+    blocks as one `nn.scan` (same maths; parameters stacked under `encoderblock` `[depth, ...]`, dropout keys split
+    per block, so dropout masks differ from the unscanned model's); scan needs identical blocks (no skip ablation,
+    positional attention in all blocks or none).
 
     Call: `(x [B, N, D], grid (h, w), train) -> (encoded [B, N, D], out)` where `out` has `encoder_input`,
     `block00` … and `attention/block00` … (`[B, heads, N, N]`).
@@ -266,6 +349,8 @@ class Encoder(nn.Module):
     positional_attention_blocks: Any = None
     add_posemb: bool = True
     skip_ablation: Any = None
+    remat_policy: str = "none"
+    scan: bool = False
 
     @nn.compact
     def __call__(self, x, grid, train: bool = False):
@@ -288,12 +373,31 @@ class Encoder(nn.Module):
             raise ValueError(f"model.posemb {self.posemb!r} is not one of 'learn', 'sincos2d'")
         out["encoder_input"] = x
         x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
-        for i in range(self.depth):
-            x, weights = Encoder1DBlock(self.mlp_dim, self.num_heads, self.dropout_rate,
-                                        self.attention_dropout_rate, self.dtype, skips.get(i),
-                                        name=f"encoderblock_{i}")(x, not train, pos if i in positional else None)
-            out[f"block{i:02d}"] = x
-            out[f"attention/block{i:02d}"] = weights
+        policy = remat_policy(self.remat_policy)
+        block = Encoder1DBlock
+        if policy is not None:  # `deterministic` (argument 2, counting self) is a Python bool: static.
+            block = nn.remat(block, policy=policy, static_argnums=(2,), prevent_cse=not self.scan)
+        kw = dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
+                  attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
+        if self.scan:
+            if skips or (positional and len(positional) != self.depth):
+                raise ValueError("model.scan=True needs identical encoder blocks: it cannot be combined with "
+                                 f"model.skip_ablation ({self.skip_ablation!r}) or positional attention in some "
+                                 f"blocks only ({self.positional_attention_blocks!r}); use model.scan=False")
+            scanned = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
+                              split_rngs={"params": True, "dropout": True}, in_axes=(nn.broadcast, nn.broadcast),
+                              length=self.depth)
+            x, (xs, ws) = scanned(scan_output=True, name=SCANNED_BLOCK, **kw)(x, not train,
+                                                                              pos if positional else None)
+            for i in range(self.depth):
+                out[f"block{i:02d}"] = xs[i]
+                out[f"attention/block{i:02d}"] = ws[i]
+        else:
+            for i in range(self.depth):
+                x, weights = block(remove_skip=skips.get(i), name=f"encoderblock_{i}", **kw)(
+                    x, not train, pos if i in positional else None)
+                out[f"block{i:02d}"] = x
+                out[f"attention/block{i:02d}"] = weights
         return nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x), out
 
 
@@ -315,6 +419,10 @@ class VisionTransformer(nn.Module):
         blocks `positional_attention_blocks` (None/"": all; `"0,1"`: those).
       add_posemb: add the posemb to the tokens (the standard ViT); False keeps positions out of the tokens.
       skip_ablation: residuals to remove, `"6:both,7:mlp"` (Raghu et al. 2021 §5; see `Encoder1DBlock`).
+      remat_policy: per-encoder-block rematerialization (`jax.checkpoint` with a `jax.checkpoint_policies` policy,
+        see `REMAT_POLICIES`; "none": off). Same values, less activation memory, more compute.
+      scan: `nn.scan` over the encoder blocks (one compiled block instead of `depth`; parameters stacked under
+        `Transformer/encoderblock` with a leading depth axis; `stack_blocks` / `unstack_blocks` convert).
 
     `out` keys: `stem` patch embeddings `[B, N_patches, D]`; `encoder_input` tokens after CLS + posemb `[B, N, D]`;
     `block00` … outputs of each encoder block `[B, N, D]`; `encoded` after the final LayerNorm `[B, N, D]`;
@@ -342,6 +450,8 @@ class VisionTransformer(nn.Module):
     positional_attention_blocks: Any = None
     add_posemb: bool = True
     skip_ablation: Any = None
+    remat_policy: str = "none"
+    scan: bool = False
 
     def arch(self) -> dict:
         """Resolved sizes: the variant's, with explicit fields overriding."""
@@ -372,7 +482,7 @@ class VisionTransformer(nn.Module):
         x, enc_out = Encoder(a["depth"], a["mlp_dim"], a["num_heads"], self.posemb, self.classifier == "token",
                              self.dropout, self.attention_dropout, self.dtype, self.attention,
                              self.positional_attention_blocks, self.add_posemb, self.skip_ablation,
-                             name="Transformer")(x, grid, train)
+                             self.remat_policy, self.scan, name="Transformer")(x, grid, train)
         out.update({k: v for k, v in enc_out.items() if return_attention or not k.startswith("attention/")})
         out["encoded"] = x
         x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)

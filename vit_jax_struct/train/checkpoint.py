@@ -15,7 +15,10 @@ import grain
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from vit_jax_struct.models import official, vit
 from vit_jax_struct.train.sharding import path_str
 
 
@@ -54,6 +57,25 @@ def check_tree_match(expected, found, where: str, what: str = "params") -> None:
         f"Missing in checkpoint: {missing_ckpt[:5]}{' …' if len(missing_ckpt) > 5 else ''}; "
         f"missing in model: {missing_model[:5]}{' …' if len(missing_model) > 5 else ''}. "
         "Use another workdir, or the model config the checkpoint was written with.")
+
+
+def _layout_target(abstract, scanned: bool):
+    """`abstract` (ShapeDtypeStructs with shardings) in the scanned/unscanned ViT layout, replicated on its mesh.
+
+    Used to read a checkpoint written with the other `model.scan` setting: it is restored replicated (every device
+    holds the whole state once), then `_convert_to` re-lays it out and shards it as the model needs.
+    """
+    shapes = jax.eval_shape(lambda t: vit.convert_layout(t, scanned), abstract)
+    mesh = jax.tree.leaves(abstract)[0].sharding.mesh
+    repl = NamedSharding(mesh, P())
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=repl), shapes)
+
+
+def _convert_to(tree, abstract):
+    """Converts a restored tree to `abstract`'s ViT layout (scanned or not) and shardings."""
+    shardings = jax.tree.map(lambda s: s.sharding, abstract)
+    scanned = vit.is_scanned(abstract.get("params", abstract))
+    return jax.jit(lambda t: vit.convert_layout(t, scanned), out_shardings=shardings)(tree)
 
 
 def _item_handlers():
@@ -97,28 +119,85 @@ class Checkpointer:
         """
         where = os.path.join(self.directory, str(step))
         meta = self.manager.item_metadata(step)["state"].tree
-        check_tree_match(abstract_state["params"], meta["params"], where)
-        items = {"state": ocp.args.StandardRestore(abstract_state)}
+        convert = vit.is_scanned(meta["params"]) != vit.is_scanned(abstract_state["params"])
+        target = _layout_target(abstract_state, vit.is_scanned(meta["params"])) if convert else abstract_state
+        check_tree_match(target["params"], meta["params"], where)
+        items = {"state": ocp.args.StandardRestore(target)}
         if data_iterator is not None:
             items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-        return self.manager.restore(step, args=ocp.args.Composite(**items))["state"]
+        state = self.manager.restore(step, args=ocp.args.Composite(**items))["state"]
+        return _convert_to(state, abstract_state) if convert else state
 
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
 
 
-def load_params(path: str, abstract_params):
+def official_options(config, model) -> dict:
+    """Keyword arguments of `official.load` from `config.init_*` and the model (classifier, patch grid).
+
+    Raises:
+      ValueError: the model is not a ViT, or `config.init_posemb_grid` is not `"h,w"`.
+    """
+    if config.model.get("name", "vit") != "vit":
+        raise ValueError(f"config.init_from {config.init_from!r}: an .npz loads into a ViT only, not model.name "
+                         f"{config.model.name!r}")
+    p = model.arch()["patch_size"]
+    src = config.get("init_posemb_grid", "")
+    try:
+        source_grid = tuple(int(x) for x in src.split(",")) if src else None
+    except ValueError:
+        source_grid = ()
+    if source_grid is not None and len(source_grid) != 2:
+        raise ValueError(f"config.init_posemb_grid {src!r} is not 'h,w' (the checkpoint's patch grid), e.g. '24,32'")
+    return dict(classifier=config.model.get("classifier", "token"),
+                grid=(config.data.image_size // p, config.data.image_size // p), source_grid=source_grid,
+                reinit=config.get("init_reinit", official.DEFAULT_REINIT),
+                posemb_resize=config.get("init_posemb_resize", "zoom"),
+                convert_classifier=config.get("init_convert_classifier", False))
+
+
+def _place(tree, abstract):
+    """Host numpy leaves -> global arrays with the shardings of `abstract` (any process count); arrays stay put."""
+    def put(x, s):
+        if isinstance(x, np.ndarray):
+            return jax.make_array_from_callback(s.shape, s.sharding, lambda idx: x[idx])
+        return jax.device_put(x, s.sharding)
+    return jax.tree.map(put, tree, abstract)
+
+
+def load_params(path: str, abstract_params, init_params=None, npz_options: dict | None = None):
     """Loads only the parameters of a checkpoint (warm start, `config.init_from`), sharded like `abstract_params`.
 
     Args:
-      path: a workdir (its latest checkpoint), a `checkpoints/` folder (latest), or one `checkpoints/<step>` folder.
+      path: a workdir (its latest checkpoint), a `checkpoints/` folder (latest), or one `checkpoints/<step>` folder;
+        or a published ViT `.npz` (local or URL), read by `models.official.load` (renamed, posemb resampled,
+        parameters matching `npz_options["reinit"]` taken from `init_params`).
       abstract_params: `ShapeDtypeStruct`s with shardings of the model's parameters.
+      init_params: the freshly initialised parameters (`.npz` only: the values of re-initialised entries).
+      npz_options: keyword arguments of `official.load`, at least `classifier` (`.npz` only; see
+        `official_options`).
+
+    Returns:
+      `(params, step)`: step of the source checkpoint (0 for an `.npz`).
 
     Raises:
       FileNotFoundError: no checkpoint at `path`.
-      ValueError: the parameter tree does not match the model (first mismatched path and both shapes).
+      ValueError: the parameter tree does not match the model (first mismatched path and both shapes; for an
+        `.npz`, every unused, missing and mis-shaped entry).
     """
+    if str(path).endswith(".npz"):
+        if not npz_options:
+            raise ValueError(f"loading {path!r} needs npz_options with the model's classifier (official_options)")
+        scanned = vit.is_scanned(abstract_params)
+        reference = abstract_params if init_params is None else init_params
+        if scanned:  # The published files are unscanned: load in that layout, then stack the blocks.
+            reference = jax.eval_shape(vit.unstack_blocks, reference) if init_params is None else \
+                vit.unstack_blocks(reference)
+        params = official.load(path, reference, **npz_options)
+        if scanned:
+            params = jax.tree.map(np.asarray, vit.stack_blocks(params))
+        return _place(params, abstract_params), 0
     path = os.path.abspath(os.path.expanduser(path))
     if os.path.isdir(os.path.join(path, "checkpoints")):
         path = os.path.join(path, "checkpoints")
@@ -135,16 +214,19 @@ def load_params(path: str, abstract_params):
     if step is None:
         raise FileNotFoundError(f"config.init_from {path!r}: no checkpoint found in {directory}")
     meta = mngr.item_metadata(step)["state"].tree
-    check_tree_match(abstract_params, meta["params"], os.path.join(directory, str(step)))
+    # A checkpoint of the other `model.scan` layout is read in its own layout, then converted.
+    convert = vit.is_scanned(meta["params"]) != vit.is_scanned(abstract_params)
+    target = _layout_target(abstract_params, vit.is_scanned(meta["params"])) if convert else abstract_params
+    check_tree_match(target, meta["params"], os.path.join(directory, str(step)))
     # Restore the params subtree only; the optimizer state of the source run is not read.
     restore_args = jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding, global_shape=s.shape,
-                                                               dtype=s.dtype), abstract_params)
+                                                               dtype=s.dtype), target)
     restored = ocp.PyTreeCheckpointer().restore(
         os.path.join(directory, str(step), "state"),
-        args=ocp.args.PyTreeRestore(item={"params": abstract_params}, restore_args={"params": restore_args},
+        args=ocp.args.PyTreeRestore(item={"params": target}, restore_args={"params": restore_args},
                                     partial_restore=True))
     mngr.close()
-    return restored["params"], step
+    return (_convert_to(restored["params"], abstract_params) if convert else restored["params"]), step
 
 
 def params_equal(a, b) -> bool:

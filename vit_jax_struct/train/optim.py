@@ -3,6 +3,7 @@
 AdamW (Loshchilov & Hutter 2019) with decoupled weight decay in optax's convention: each step subtracts
 `lr_t * weight_decay * param` for parameters whose path matches `optim.wd_mask` (kernels by default; biases,
 LayerNorm scales, posemb and CLS are not decayed), after global-norm gradient clipping (Pascanu et al. 2013).
+Or SGD with momentum (`optim.name='sgd'`), the ViT paper's fine-tuning optimizer.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import optax
 from vit_jax_struct.train.sharding import path_str
 
 SCHEDULES = ("cosine", "linear", "constant")
+OPTIMIZERS = ("adamw", "sgd")
 LOSSES = ("softmax_xent", "sigmoid_xent")
 
 
@@ -46,7 +48,14 @@ def make_optimizer(optim_config, total_steps: int):
     """`(optax.GradientTransformation, schedule)` from `config.optim`.
 
     Keys: `lr`, `warmup_steps`, `schedule` ('cosine', 'linear', 'constant'), `end_lr`, `weight_decay`,
-    `wd_mask` (regex on parameter paths), `b1`, `b2`, `eps`, `grad_clip_norm` (0/None: no clipping).
+    `wd_mask` (regex on parameter paths), `b1`, `b2`, `eps`, `grad_clip_norm` (0/None: no clipping), `mu_dtype`
+    (Adam's first moment stored in this dtype, e.g. "bfloat16" halves its memory; the second moment stays float32,
+    as in big_vision's `scale_by_adam(mu_dtype=…)`), `name` ('adamw' or 'sgd'), `momentum` (sgd; 0: none).
+    With `name='sgd'` (`optax.sgd`, heavy-ball momentum) `weight_decay` adds `weight_decay * param` to the
+    gradient of `wd_mask` parameters (L2, PyTorch's SGD convention) and `b1`, `b2`, `eps`, `mu_dtype` are unused.
+
+    Raises:
+      ValueError: unknown optimizer name, schedule or mu_dtype, or a warmup longer than training.
     """
     sched = make_schedule(optim_config.lr, total_steps, optim_config.get("warmup_steps", 0),
                           optim_config.get("schedule", "cosine"), optim_config.get("end_lr", 0.0))
@@ -55,9 +64,20 @@ def make_optimizer(optim_config, total_steps: int):
     def mask(params):
         return jax.tree_util.tree_map_with_path(lambda p, _: bool(re.search(pattern, path_str(p))), params)
 
-    tx = optax.adamw(sched, b1=optim_config.get("b1", 0.9), b2=optim_config.get("b2", 0.999),
-                     eps=optim_config.get("eps", 1e-8), weight_decay=optim_config.get("weight_decay", 0.0),
-                     mask=mask)
+    mu_dtype = optim_config.get("mu_dtype") or None
+    if mu_dtype not in (None, "float32", "bfloat16"):
+        raise ValueError(f"optim.mu_dtype {mu_dtype!r} is not one of '', 'float32', 'bfloat16'")
+    name = optim_config.get("name", "adamw")
+    if name == "adamw":
+        tx = optax.adamw(sched, b1=optim_config.get("b1", 0.9), b2=optim_config.get("b2", 0.999),
+                         eps=optim_config.get("eps", 1e-8), weight_decay=optim_config.get("weight_decay", 0.0),
+                         mask=mask, mu_dtype=mu_dtype and jnp.dtype(mu_dtype))
+    elif name == "sgd":  # Heavy-ball momentum (ViT fine-tuning, Dosovitskiy et al. 2021 App. B.1.1).
+        tx = optax.sgd(sched, momentum=optim_config.get("momentum", 0.9) or None)
+        if optim_config.get("weight_decay", 0.0):  # L2 on the gradient (passes through the momentum)
+            tx = optax.chain(optax.add_decayed_weights(optim_config.weight_decay, mask), tx)
+    else:
+        raise ValueError(f"optim.name {name!r} is not one of {OPTIMIZERS}")
     clip = optim_config.get("grad_clip_norm", 1.0)
     if clip:
         tx = optax.chain(optax.clip_by_global_norm(clip), tx)

@@ -81,6 +81,7 @@ def build(config, devices=None):
     """
     mesh = sharding.create_mesh(config.mesh, devices)
     per_host = sharding.check_batch_size(config.batch_size, mesh)
+    check_accum_steps(config.get("accum_steps", 1), config.batch_size, mesh)
     eval_per_host = sharding.check_batch_size(config.get("eval_batch_size") or config.batch_size, mesh,
                                               "config.eval_batch_size")
     if config.total_steps <= 0:
@@ -138,14 +139,50 @@ def build(config, devices=None):
                 permutation=perm)
 
 
+def check_accum_steps(accum_steps: int, batch_size: int, mesh) -> None:
+    """Gradient accumulation needs every device's share of the batch to split into `accum_steps` micro-batches.
+
+    Raises:
+      ValueError: `accum_steps` < 1, or `batch_size` not divisible by `accum_steps` × devices (naming all three).
+    """
+    n = mesh.devices.size
+    if int(accum_steps) != accum_steps or accum_steps < 1:
+        raise ValueError(f"config.accum_steps {accum_steps} must be a positive integer")
+    if batch_size % (accum_steps * n):
+        raise ValueError(f"config.batch_size {batch_size} is not divisible by accum_steps {accum_steps} x "
+                         f"{n} devices: every micro-batch must split evenly over the devices")
+
+
+def micro_batches(batch: dict, accum_steps: int, mesh) -> dict:
+    """`[B, ...]` -> `[accum_steps, B / accum_steps, ...]` with every micro-batch spread over all devices.
+
+    Example b of micro-batch i is global example `b * accum_steps + i`: the split is along the device-local part
+    of the batch, so no data moves between devices and each micro-batch keeps the batch sharding.
+    """
+    spec = P(None, *sharding.BATCH_SPEC)
+
+    def split(x):
+        x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:])
+        return jax.lax.with_sharding_constraint(jnp.swapaxes(x, 0, 1), NamedSharding(mesh, spec))
+
+    return jax.tree.map(split, batch)
+
+
 def make_train_step(config, model, tx, schedule, num_classes, mesh, state_sharding):
     """Jitted `(state, batch) -> (state, metrics)`; the state is donated.
 
     `batch`: `{"image": float32 [B, S, S, 3], "label": int32 [B]}` sharded over all devices. `metrics` (replicated
     scalars): `loss` (mean over the batch), `grad_norm`, `lr` (the rate used for this update), `nonfinite` (1 if the
     loss is NaN/inf).
+
+    Gradient accumulation (`config.accum_steps` = k > 1): the batch is split into k micro-batches of B/k
+    (`micro_batches`) and a `lax.scan` sums their gradients of the mean micro-batch loss; the update uses the mean
+    over micro-batches, which equals the full-batch gradient of the mean loss (up to float rounding) — activation
+    memory is that of B/k examples. Dropout keys are folded with the micro-batch index; BatchNorm statistics are
+    those of the last micro-batch (models with batch_stats see B/k examples per normalisation).
     """
     dropout_root = jax.random.fold_in(jax.random.key(config.seed), 1)
+    accum = int(config.get("accum_steps", 1))
 
     def step_fn(state, batch):
         step = state["step"]
@@ -153,7 +190,7 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
 
         model_state = state.get("model_state", {})
 
-        def loss_fn(params):
+        def loss_fn(params, model_state, batch, rng):
             (logits, _), new_model_state = model.apply(
                 {"params": params, **model_state}, batch["image"], train=True, rngs={"dropout": rng},
                 mutable=list(model_state))
@@ -161,7 +198,21 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
                                              config.get("label_smoothing", 0.0))
             return loss.mean(), new_model_state
 
-        (loss, new_model_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        if accum == 1:
+            (loss, new_model_state), grads = grad_fn(state["params"], model_state, batch, rng)
+        else:
+            def micro(carry, xs):
+                loss_sum, grad_sum, mstate = carry
+                i, mb = xs
+                (loss, mstate), grads = grad_fn(state["params"], mstate, mb, jax.random.fold_in(rng, i))
+                return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads), mstate), None
+
+            zeros = jax.tree.map(jnp.zeros_like, state["params"])
+            (loss, grads, new_model_state), _ = jax.lax.scan(
+                micro, (jnp.zeros((), jnp.float32), zeros, model_state),
+                (jnp.arange(accum), micro_batches(batch, accum, mesh)))
+            loss, grads = loss / accum, jax.tree.map(lambda g: g / accum, grads)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         new_state = {"step": step + 1, "params": params, "opt_state": opt_state}
@@ -258,7 +309,9 @@ def train_and_evaluate(config, workdir: str, devices=None):
     else:
         state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))
         if config.get("init_from"):
-            params, src_step = checkpoint.load_params(config.init_from, abstract_state["params"])
+            params, src_step = checkpoint.load_params(  # an .npz: a published ViT checkpoint (models/official.py)
+                config.init_from, abstract_state["params"], state["params"],
+                checkpoint.official_options(config, parts["model"]) if config.init_from.endswith(".npz") else None)
             state["params"] = params
             logging.info("warm start: parameters from %s (step %d); optimizer state fresh", config.init_from,
                          src_step)

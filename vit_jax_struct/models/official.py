@@ -1,0 +1,368 @@
+"""Published ViT checkpoints (`.npz`) loaded into the parameters of `vit.VisionTransformer`.
+
+The ViT weights of Dosovitskiy et al. 2021 ("An Image is Worth 16x16 Words", ICLR; arXiv 2010.11929) and of the
+AugReg study (Steiner et al. 2022) are released as `.npz` files, one array per parameter under its '/'-joined path
+(e.g. `gs://vit_models/imagenet21k/ViT-B_16.npz`, `gs://vit_models/augreg/*.npz`). The loading rules follow
+google-research/vision_transformer `vit_jax/checkpoint.py` (`load`, `inspect_params`, `load_pretrained`) and
+google-research/big_vision `big_vision/models/vit.py` (`load`, `fix_old_checkpoints`, `scan_to_pyloop`,
+`resample_posemb`). Two layouts are read:
+
+    vit_jax (original release; equals ours)           big_vision
+    embedding/{kernel,bias}                           same
+    cls                 [1, 1, D] (token only)        same (pool_type='tok' only)
+    Transformer/posembed_input/pos_embedding          pos_embedding              [1, h*w, D]: never a CLS entry
+                        [1, 1 + h*w, D] token / [1, h*w, D] gap
+    Transformer/encoderblock_{i}/LayerNorm_0          same
+    …/MultiHeadDotProductAttention_1/{query,key,value,out}   …/MultiHeadDotProductAttention_0/…
+    …/LayerNorm_2                                     …/LayerNorm_1
+    …/MlpBlock_3/Dense_{0,1}                          …/MlpBlock_0/Dense_{0,1}
+                                                      scan=True: Transformer/encoderblock/… with a leading depth axis
+    Transformer/encoder_norm                          same
+    pre_logits, head                                  same; pool_type='map' adds MAPHead_0 (no equivalent here)
+
+A leading `params/` (big_vision) or `opt/target/` (vit_jax training checkpoints) is removed, and only that subtree
+is read. big_vision adds the posemb before it prepends the class token, so its CLS token carries no position; it
+loads into our token model with a zero CLS posemb entry, which computes the same function.
+
+Entry point: `load(path, init_params, classifier=…)` returns parameters with exactly the model's tree, every
+checkpoint entry used or explicitly dropped (`reinit` regex), the posemb grid resampled (`resize_posemb`).
+The result is in the unscanned layout (`Transformer/encoderblock_{i}`); for a model with a scanned encoder
+(`model.scan`) `train/checkpoint.py:load_params` loads into the unstacked tree and stacks the blocks afterwards.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from absl import logging
+
+DEFAULT_REINIT = r"^(head|pre_logits)/"
+POSEMB = "Transformer/posembed_input/pos_embedding"
+POSEMB_RESIZE = ("zoom", "bilinear", "bicubic")
+CLASSIFIERS = ("token", "gap")
+_PREFIXES = ("params/", "opt/target/")
+# big_vision (linen auto-names) -> original vit_jax (pre-linen) names inside an encoder block.
+_BLOCK_RENAMES = {"MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1", "LayerNorm_1": "LayerNorm_2",
+                  "MlpBlock_0": "MlpBlock_3"}
+_BLOCK = re.compile(r"^Transformer/encoderblock_(\d+)/([^/]+)/(.*)$")
+
+
+def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> `{'a/b/c': leaf}` (the `.npz` key convention)."""
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict:
+    """`{'a/b/c': leaf}` -> nested dict (vit_jax `recover_tree`)."""
+    tree: dict = {}
+    for key, v in flat.items():
+        node = tree
+        *parents, last = key.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = v
+    return tree
+
+
+def read_npz(path) -> dict[str, np.ndarray]:
+    """Reads an `.npz` into `{'/'-joined path: array}`.
+
+    Args:
+      path: a local file, or a URL that `etils.epath` can open (gs:// needs `gcsfs` installed).
+
+    Raises:
+      FileNotFoundError: no such file, or the URL cannot be read (with how to copy it locally).
+    """
+    path = str(path)
+    if "://" not in path:
+        path = os.path.expanduser(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"checkpoint {path!r}: no such .npz file")
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    try:
+        from etils import epath
+
+        data = epath.Path(path).read_bytes()
+    except Exception as e:  # Missing file-system backend, permissions, network: all mean "copy it first".
+        raise FileNotFoundError(
+            f"checkpoint {path!r} could not be read ({type(e).__name__}: {e}); copy it to a local file first, "
+            f"e.g. `gsutil cp {path} /tmp/`, and pass that path (gs:// needs the gcsfs package)") from e
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def save_npz(path, params: Mapping) -> str:
+    """Writes a params tree (ours = the vit_jax layout) as an `.npz` of '/'-joined keys, like the released files."""
+    flat = {k: np.asarray(v) for k, v in flatten(params).items()}
+    with open(path, "wb") as f:
+        np.savez(f, **flat)
+    return str(path)
+
+
+def _strip_prefix(flat: dict) -> dict:
+    for prefix in _PREFIXES:
+        if any(k.startswith(prefix) for k in flat):  # e.g. big_vision `params/…`: read that subtree only
+            return {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
+    return dict(flat)
+
+
+def unstack_blocks(flat: dict) -> dict:
+    """Scanned encoder (`Transformer/encoderblock/…` `[depth, …]`) -> `Transformer/encoderblock_{i}/…` `[…]`.
+
+    Raises:
+      ValueError: leaves of different depths, or both scanned and per-block entries.
+    """
+    scan = "Transformer/encoderblock/"
+    stacked = {k[len(scan):]: v for k, v in flat.items() if k.startswith(scan)}
+    if not stacked:
+        return dict(flat)
+    if any(_BLOCK.match(k) for k in flat):
+        raise ValueError("checkpoint has both a scanned Transformer/encoderblock and per-block "
+                         "Transformer/encoderblock_{i} entries")
+    depths = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in stacked.items()}
+    if len(set(depths.values())) != 1 or None in depths.values():
+        raise ValueError(f"scanned Transformer/encoderblock entries disagree on the leading depth axis: {depths}")
+    out = {k: v for k, v in flat.items() if not k.startswith(scan)}
+    for i in range(next(iter(depths.values()))):
+        out.update({f"Transformer/encoderblock_{i}/{k}": v[i] for k, v in stacked.items()})
+    return out
+
+
+def _rename_block(key: str, renames: Mapping[str, str]) -> str:
+    m = _BLOCK.match(key)
+    if m and m.group(2) in renames:
+        return f"Transformer/encoderblock_{m.group(1)}/{renames[m.group(2)]}/{m.group(3)}"
+    return key
+
+
+def canonical_layout(flat: Mapping[str, Any]) -> tuple[dict, bool]:
+    """Renames a checkpoint (vit_jax or big_vision, see the module docstring) to our parameter names.
+
+    Args:
+      flat: `{'/'-joined path: array}` as read from the `.npz`.
+
+    Returns:
+      `(flat, posemb_has_cls)`: the entries under our names (encoder unscanned), and whether the posemb
+      `[1, N, D]` has a CLS entry in front of the grid: in the vit_jax layout exactly when the checkpoint has a
+      `cls` token (the model prepends the token, then adds the posemb); never in big_vision's.
+
+    Raises:
+      ValueError: a big_vision MAP-head checkpoint, or names that collide after renaming.
+    """
+    flat = unstack_blocks(_strip_prefix(dict(flat)))
+    if any(k.startswith("MAPHead_0/") for k in flat):
+        raise ValueError(
+            "checkpoint has a big_vision MAPHead_0 (pool_type='map', attention pooling), which this ViT does not "
+            "have (model.classifier is 'token' or 'gap'); to keep the encoder only, drop it with a re-init regex "
+            r"such as config.init_reinit = r'^(head|pre_logits|MAPHead_0)/' and use model.classifier='gap'")
+    out = {}
+    for key, v in flat.items():
+        # big_vision adds its top-level posemb before prepending the class token.
+        k = POSEMB if key == "pos_embedding" else _rename_block(key, _BLOCK_RENAMES)
+        if k in out:
+            raise ValueError(f"checkpoint entries collide at {k!r} after renaming to the vit_jax layout")
+        out[k] = v
+    return out, "cls" in flat and "pos_embedding" not in flat
+
+
+def to_big_vision(params: Mapping, scan: bool = False) -> dict[str, np.ndarray]:
+    """Our params -> flat big_vision names (`params/…`), computing the same function (for export and tests).
+
+    The CLS posemb entry is folded into `cls` (big_vision's class token gets no posemb); with `scan=True` the blocks
+    are stacked under `params/Transformer/encoderblock` with a leading depth axis.
+    """
+    inverse = {v: k for k, v in _BLOCK_RENAMES.items()}
+    flat = {k: np.asarray(v) for k, v in flatten(params).items()}
+    out = {_rename_block(k, inverse): v for k, v in flat.items() if k != POSEMB}
+    if POSEMB in flat:
+        n_cls = int("cls" in flat)
+        out["pos_embedding"] = flat[POSEMB][:, n_cls:]
+        if n_cls:
+            out["cls"] = flat["cls"] + flat[POSEMB][:, :1]
+    if scan:
+        blocks = sorted({int(m.group(1)) for m in map(_BLOCK.match, out) if m})
+        rest = sorted({k.split("/", 2)[2] for k in out if _BLOCK.match(k)})
+        stacked = {f"Transformer/encoderblock/{r}": np.stack([out.pop(f"Transformer/encoderblock_{i}/{r}")
+                                                               for i in blocks]) for r in rest}
+        out.update(stacked)
+    return {f"params/{k}": v for k, v in out.items()}
+
+
+def _square(n: int, what: str) -> tuple[int, int]:
+    s = math.isqrt(n)
+    if s * s != n:
+        raise ValueError(f"{what} has {n} grid positions, which is not a square grid; give the grid (h, w) "
+                         "explicitly (config.init_posemb_grid='h,w' for the checkpoint)")
+    return s, s
+
+
+def resize_posemb(posemb, new_grid, *, old_grid=None, num_prefix: int = 0, method: str = "zoom") -> np.ndarray:
+    """Resamples the grid part of a position embedding ("high-res fine-tuning", ViT paper §3.2).
+
+    Args:
+      posemb: `[1, N, D]` with `N = num_prefix + h * w`, the grid in row-major order.
+      new_grid: `(h', w')` patch grid to resample to.
+      old_grid: `(h, w)` of `posemb`; None: a square grid (non-square grids must be given).
+      num_prefix: entries in front of the grid that are kept unchanged (1 for a CLS entry, else 0); decided by
+        the caller from the model's classifier, never from N.
+      method: `'zoom'` (`scipy.ndimage.zoom`, order 1, corners aligned: exactly vit_jax `load_pretrained` and
+        big_vision `resample_posemb`), `'bilinear'` or `'bicubic'` (`jax.image.resize`, half-pixel centres,
+        antialiased when shrinking). All reproduce a constant grid.
+
+    Returns:
+      `[1, num_prefix + h' * w', D]` float32 numpy array; the prefix entries are copied exactly.
+
+    Raises:
+      ValueError: `N != num_prefix + h * w` (naming the numbers), a non-square N without `old_grid`, or an
+        unknown method.
+    """
+    if method not in POSEMB_RESIZE:
+        raise ValueError(f"posemb resize method {method!r} is not one of {POSEMB_RESIZE}")
+    posemb = np.asarray(posemb)
+    if posemb.ndim != 3 or posemb.shape[0] != 1:
+        raise ValueError(f"pos_embedding must be [1, N, D], got shape {posemb.shape}")
+    n, d = posemb.shape[1], posemb.shape[2]
+    prefix, grid = posemb[:, :num_prefix], posemb[0, num_prefix:]
+    h, w = old_grid if old_grid else _square(n - num_prefix, f"checkpoint pos_embedding [1, {n}, {d}] "
+                                                                f"({num_prefix} CLS entries)")
+    if n != num_prefix + h * w:
+        raise ValueError(f"checkpoint pos_embedding has N={n} entries, but a {h}x{w} grid"
+                         f"{' plus a CLS entry' if num_prefix else ''} needs {num_prefix + h * w}")
+    nh, nw = (int(x) for x in new_grid)
+    grid = grid.reshape(h, w, d)
+    if (h, w) == (nh, nw):
+        out = grid
+    elif method == "zoom":
+        import scipy.ndimage
+
+        out = scipy.ndimage.zoom(grid.astype(np.float64), (nh / h, nw / w, 1), order=1)
+        if out.shape != (nh, nw, d):  # zoom rounds the output size; guard against an off-by-one
+            raise ValueError(f"scipy zoom gave grid {out.shape[:2]}, wanted {(nh, nw)}")
+    else:
+        out = np.asarray(jax.image.resize(grid.astype(np.float32), (nh, nw, d), method))
+    logging.info("posemb: resampled grid %dx%d -> %dx%d (%s), %d CLS entries kept", h, w, nh, nw, method, num_prefix)
+    return np.concatenate([prefix.astype(np.float32), out.reshape(1, nh * nw, d).astype(np.float32)], axis=1)
+
+
+def _listing(keys, shapes=None, limit: int = 20) -> str:
+    keys = sorted(keys)
+    items = [f"{k} {tuple(np.shape(shapes[k]))}" if shapes is not None else k for k in keys[:limit]]
+    return "[" + ", ".join(items) + (f", … ({len(keys) - limit} more)" if len(keys) > limit else "") + "]"
+
+
+def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source_grid=None,
+         reinit: str | None = DEFAULT_REINIT, posemb_resize: str = "zoom", convert_classifier: bool = False) -> dict:
+    """Loads a published ViT checkpoint into exactly the tree of `init_params`.
+
+    Args:
+      checkpoint: an `.npz` path (see `read_npz`) or a dict already read (flat '/'-keys or nested).
+      init_params: the model's `params`: freshly initialised arrays (they supply the re-initialised entries) or
+        `jax.ShapeDtypeStruct`s (then no entry may need re-initialising).
+      classifier: our `model.classifier`, `'token'` or `'gap'`: whether our posemb `[1, N, D]` has a CLS entry
+        (N = 1 + h*w) or not (N = h*w). It is never guessed from N.
+      grid: our patch grid `(h, w)`; None: square, from our posemb length.
+      source_grid: the checkpoint's patch grid `(h, w)`; None: square (a non-square grid must be given).
+      reinit: regex (`re.search`) on '/'-joined parameter paths in our layout (e.g. `head/kernel`). Matching model
+        parameters keep their value from `init_params`; matching checkpoint entries are dropped. Default
+        `^(head|pre_logits)/`: a new head, and no representation layer unless the model has one (vit_jax
+        `load_pretrained`'s "drop-head variant"). None or "": load everything.
+      posemb_resize: resampling method of `resize_posemb` when the grids differ.
+      convert_classifier: allow a checkpoint whose class token disagrees with `classifier`. token checkpoint ->
+        'gap' model: the `cls` parameter and the CLS posemb entry are dropped. gap checkpoint -> 'token' model:
+        `cls` and its posemb entry start at zero (our init of `cls`). Without it such a load raises.
+
+    Returns:
+      nested dict with the tree of `init_params`: numpy arrays in the dtypes of `init_params` for loaded entries,
+      the `init_params` leaves themselves for re-initialised ones (arrays already placed stay placed).
+
+    Raises:
+      FileNotFoundError: the file cannot be read.
+      ValueError: listing, after renaming, the checkpoint entries the model lacks, the model parameters the
+        checkpoint lacks, and shape mismatches (each with both shapes); a class-token mismatch without
+        `convert_classifier`; a posemb length that does not fit the grid (naming the numbers); a scanned model;
+        re-initialised entries without init values; a big_vision MAP head.
+    """
+    if classifier not in CLASSIFIERS:
+        raise ValueError(f"model.classifier {classifier!r} is not one of {CLASSIFIERS}")
+    try:
+        rx = re.compile(reinit) if reinit else None
+    except re.error as e:
+        raise ValueError(f"re-init regex {reinit!r} is invalid: {e}") from e
+    dropped = (lambda k: bool(rx.search(k))) if rx else (lambda k: False)
+    raw = flatten(checkpoint) if isinstance(checkpoint, Mapping) else read_npz(checkpoint)
+    flat, posemb_has_cls = canonical_layout(raw)
+    target = flatten(init_params)
+    if any(k.startswith("Transformer/encoderblock/") for k in target):
+        raise ValueError("the model's encoder is scanned (Transformer/encoderblock with a depth axis); load into the "
+                         "unscanned layout and stack the blocks with the model's converter")
+
+    src_cls, tgt_cls = "cls" in flat, classifier == "token"
+    if src_cls != tgt_cls:
+        if not convert_classifier:
+            raise ValueError(
+                f"checkpoint {'has' if src_cls else 'has no'} class token `cls` but model.classifier is "
+                f"{classifier!r}; set config.init_convert_classifier=True to "
+                + ("drop the token and its posemb entry (token -> gap)" if src_cls else
+                   "add a zero-initialised token and posemb entry (gap -> token)"))
+        if src_cls:
+            del flat["cls"]
+            if posemb_has_cls and POSEMB in flat:
+                flat[POSEMB], posemb_has_cls = flat[POSEMB][:, 1:], False
+            logging.info("init: token checkpoint into a gap model: dropped cls and its posemb entry")
+        elif "cls" in target:
+            flat["cls"] = np.zeros(target["cls"].shape, np.float32)
+            logging.info("init: gap checkpoint into a token model: cls and its posemb entry start at zero")
+
+    if POSEMB in flat and POSEMB in target and not dropped(POSEMB):
+        pe, shape = np.asarray(flat[POSEMB]), tuple(target[POSEMB].shape)
+        if pe.ndim == 3 and pe.shape[-1] == shape[-1]:
+            n_src = int(posemb_has_cls)  # 1 only if the checkpoint's posemb holds a CLS entry
+            n_tgt = int(tgt_cls)
+            new_grid = tuple(grid) if grid else _square(shape[1] - n_tgt, f"model pos_embedding {list(shape)} "
+                                                                          f"(classifier {classifier!r})")
+            if shape[1] != n_tgt + new_grid[0] * new_grid[1]:
+                raise ValueError(f"model pos_embedding has N={shape[1]} entries, but grid {new_grid[0]}x"
+                                 f"{new_grid[1]} with classifier {classifier!r} needs "
+                                 f"{n_tgt + new_grid[0] * new_grid[1]}")
+            pe = resize_posemb(pe, new_grid, old_grid=source_grid, num_prefix=n_src, method=posemb_resize)
+            if n_tgt and not n_src:  # a class token that carried no position (big_vision, or gap -> token)
+                pe = np.concatenate([np.zeros((1, 1, pe.shape[-1]), np.float32), pe], axis=1)
+            flat[POSEMB] = pe
+
+    unused = [k for k in flat if k not in target and not dropped(k)]
+    missing = [k for k in target if k not in flat and not dropped(k)]
+    mismatched = [k for k in target if k in flat and not dropped(k)
+                  and tuple(np.shape(flat[k])) != tuple(target[k].shape)]
+    if unused or missing or mismatched:
+        shapes = [f"{k}: checkpoint {tuple(np.shape(flat[k]))} vs model {tuple(target[k].shape)}"
+                  for k in sorted(mismatched)]
+        raise ValueError(
+            "checkpoint does not match the model: "
+            f"{len(unused)} checkpoint entries not in the model {_listing(unused, flat)}; "
+            f"{len(missing)} model parameters not in the checkpoint {_listing(missing, target)}; "
+            f"{len(mismatched)} shape mismatches [{', '.join(shapes[:20])}]. "
+            f"Entries matching the re-init regex {reinit!r} are exempt (they keep the model's init).")
+    no_value = [k for k in target if dropped(k) and isinstance(target[k], jax.ShapeDtypeStruct)]
+    if no_value:
+        raise ValueError(f"parameters {_listing(no_value)} are re-initialised (regex {reinit!r}) but init_params "
+                         "holds only shapes; pass initialised parameters")
+    out = {k: (target[k] if dropped(k) else np.asarray(flat[k], dtype=target[k].dtype)) for k in target}
+    logging.info("init: loaded %d parameters, re-initialised %s, dropped checkpoint entries %s",
+                 sum(not dropped(k) for k in target), sorted(k for k in target if dropped(k)),
+                 sorted(k for k in flat if k not in target))
+    return unflatten(out)
