@@ -1,8 +1,9 @@
 """J10: the same as J5 on data without spatial structure (a fresh random partition for every example).
 
     python main.py --config=configs/theory/no_structure.py --workdir=runs/theory/no_structure
+    python main.py --config=configs/theory/no_structure.py:self_init --workdir=runs/theory/no_structure_self_init
 
-Expected: set purity stays ≤ 2 × chance (no fixed partition to learn); test error stays high.
+Expected: no fixed partition to learn; with `self_init` set purity stays ≤ 2 × chance (0.5).
 """
 
 from configs.theory import common

@@ -73,3 +73,13 @@ def test_patch_association_measures():
     rows_to_set0[:, part[0]] = 0.25
     w = model.patch_association(rows_to_set0, part)
     assert w["purity"] == pytest.approx(1.0) and w["own_set_mass"] == pytest.approx(0.25)
+
+
+def test_identity_q_init_starts_self_attending():
+    p = model.init_params(jax.random.key(0), 16, 8, q_init_std=0.0, v_init_std=0.1, q_init="identity", q_init_diag=1.5)
+    a = np.asarray(model.attention(p["Q"]))
+    np.testing.assert_allclose(np.diag(a), np.exp(1.5) / (np.exp(1.5) + 15), rtol=1e-5)  # ≈ 0.23, soft
+    g = model.init_params(jax.random.key(0), 16, 8, q_init_std=0.5, v_init_std=0.1)  # default: Gaussian
+    assert abs(float(jnp.mean(jnp.diag(g["Q"])))) < 0.5
+    with pytest.raises(ValueError, match=r"q_init 'zeros' is not one of"):
+        model.init_params(jax.random.key(0), 16, 8, 0.1, 0.1, q_init="zeros")

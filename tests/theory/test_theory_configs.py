@@ -11,11 +11,11 @@ from vit_jax_struct.theory import run
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _load(name):
+def _load(name, arg=None):
     spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", "theory", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config()
+    return module.get_config(arg)
 
 
 @pytest.mark.parametrize("name", ["population", "no_structure", "empirical", "transfer"])
@@ -36,3 +36,15 @@ def test_theory_config_runs(name, tmp_path):
     with pytest.raises(ValueError, match=r"theory_mode 'dream' is not one of"):
         c.theory_mode = "dream"
         run.run(c, str(tmp_path / "bad"))
+
+
+@pytest.mark.parametrize("name", ["population", "no_structure"])
+def test_self_init_argument_runs(name, tmp_path):
+    c = _load(name, "self_init")
+    assert c.model.q_init == "identity" and c.model.v_fixed_scale == 1.25 and c.data.alpha == 2.0
+    assert c.data.structured == (name == "population")
+    c.train.update(steps=4, eval_every=2, test_examples=64, batch=32)
+    summary = run.run(c, str(tmp_path))
+    assert summary["final"]["theory/own_set_mass"] > 0.25  # self-attending start: own set above chance at once
+    with pytest.raises(ValueError, match=r"is not one of 'idealized', 'self_init'"):
+        _load(name, "bogus")

@@ -25,11 +25,26 @@ from sklearn.metrics import adjusted_rand_score
 ACTIVATIONS = {"cubic": lambda z: z ** 3, "cubic_linear": lambda z: z + z ** 3, "linear": lambda z: z}
 
 
-def init_params(key, num_patches: int, dim: int, q_init_std: float, v_init_std: float) -> dict:
-    """`{"Q": [D, D] N(0, q_init_std²), "v": [d] N(0, v_init_std²)}` float32."""
+Q_INITS = ("gaussian", "identity")
+
+
+def init_params(key, num_patches: int, dim: int, q_init_std: float, v_init_std: float, q_init: str = "gaussian",
+                q_init_diag: float = 0.0) -> dict:
+    """`{"Q": [D, D], "v": [d] N(0, v_init_std²)}` float32.
+
+    `q_init="gaussian"`: Q ~ N(0, q_init_std²). `q_init="identity"`: Q = q_init_diag · I + N(0, q_init_std²); with
+    orthonormal p_i the logits are p_iᵀQp_j ≈ q_init_diag · δ_ij, i.e. every patch starts attending (softly) to itself.
+
+    Raises:
+      ValueError: unknown `q_init`.
+    """
+    if q_init not in Q_INITS:
+        raise ValueError(f"theory.model.q_init {q_init!r} is not one of {Q_INITS}")
     kq, kv = jax.random.split(key)
-    return {"Q": q_init_std * jax.random.normal(kq, (num_patches, num_patches)),
-            "v": v_init_std * jax.random.normal(kv, (dim,))}
+    q = q_init_std * jax.random.normal(kq, (num_patches, num_patches))
+    if q_init == "identity":
+        q = q + q_init_diag * jnp.eye(num_patches)
+    return {"Q": q, "v": v_init_std * jax.random.normal(kv, (dim,))}
 
 
 def attention(q) -> jnp.ndarray:

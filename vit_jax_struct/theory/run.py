@@ -81,7 +81,8 @@ def gd(params, loss_x, loss_y, cfg, steps: int, lr: float, train_keys=("Q", "v")
 
 def _init(cfg, key, w):
     m = cfg.model
-    p = tmodel.init_params(key, cfg.data.num_patches, cfg.data.dim, m.q_init_std, m.v_init_std)
+    p = tmodel.init_params(key, cfg.data.num_patches, cfg.data.dim, m.q_init_std, m.v_init_std,
+                           m.get("q_init", "gaussian"), m.get("q_init_diag", 0.0))
     if m.v_fixed_scale:
         p["v"] = jnp.asarray(m.v_fixed_scale * w)
     return p
