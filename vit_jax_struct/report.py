@@ -116,11 +116,11 @@ def compare(runs) -> list[dict]:
             continue
         groups = sorted({(r["train_fraction"], r["skip_ablation"]) for r in treat}) if knobs.get(
             "train_fraction") == "<1" or knobs.get("skip_ablation") == "*" else [None]
-        for g in groups:
-            base_steps = {r["steps"] for r in base}  # same step budget on both sides
+        budgets = sorted({r["steps"] for r in base} & {r["steps"] for r in treat})  # same step budget both sides
+        for g, steps in [(g, s) for g in groups for s in budgets]:
             t = [r for r in treat if (g is None or (r["train_fraction"], r["skip_ablation"]) == g)
-                 and r["steps"] in base_steps]
-            b = [r for r in base if r["steps"] in {r["steps"] for r in t}]
+                 and r["steps"] == steps]
+            b = [r for r in base if r["steps"] == steps]
             if not t or not b:
                 continue
             acc_b, acc_t = _mean([r["eval/accuracy"] for r in b]), _mean([r["eval/accuracy"] for r in t])
@@ -130,6 +130,8 @@ def compare(runs) -> list[dict]:
             else:
                 verdict = "same direction" if delta < 0 else "opposite direction"
             label = what if g is None else f"{what} [{'fraction ' + str(g[0]) if g[0] < 1 else 'skip ' + g[1]}]"
+            if len(budgets) > 1:
+                label += f" at {steps} steps"
             rows.append({"id": rid, "comparison": label, "baseline": acc_b, "n_baseline": len(b), "treatment": acc_t,
                          "n_treatment": len(t), "delta_points": delta, "paper": paper, "verdict": verdict,
                          "models": ", ".join(sorted({r["model"] for r in t}))})
