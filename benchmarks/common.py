@@ -340,6 +340,8 @@ def render(path: str) -> str:
         micro = r["per_device_batch"] // r["accum_steps"]
         batch = f"{r['per_device_batch']}" + (f" ({micro} × {r['accum_steps']})" if r["accum_steps"] > 1 else "")
         fits = {True: "yes", False: "**no**", None: "?"}[r.get("fits")]
+        if r.get("fits") and mem["total"] > 0.95 * r["hbm"]:  # The runtime keeps a little HBM for itself.
+            fits = f"marginal ({100 * mem['total'] / r['hbm']:.0f} %)"
         total = f"{mem['total'] / GiB:.1f} / {r['hbm'] / GiB:.1f} GiB" if mem else "–"
         temps = f"{mem.get('temporaries', 0) / GiB:.2f} GiB" if mem else "–"
         state = f"{mem.get('arguments', 0) / GiB:.2f} GiB" if mem else "–"
