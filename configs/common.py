@@ -171,15 +171,24 @@ def pretrain(variant: str, arg=None) -> ml_collections.ConfigDict:
     c.optim.schedule = "linear"
     c.optim.weight_decay = 0.1
     c.optim.grad_clip_norm = 1.0
-    if a.folder or a.runlocal:
+    return folder_or_runlocal(c, a.folder, a.runlocal)
+
+
+def folder_or_runlocal(c: ml_collections.ConfigDict, folder: str, runlocal: bool) -> ml_collections.ConfigDict:
+    """Applies the `folder=PATH` / `runlocal` config arguments of the 224/384-px recipes to `c` (in place).
+
+    `folder`: read an image folder root/{train,test}/<class>/ instead of TFDS. `runlocal`: 2 steps of batch 2 on one
+    device, for this CPU; without `folder` it reads `data/imagenet-sample` for both splits.
+    """
+    if folder or runlocal:
         c.data.source, c.data.name = "folder", ""
-        c.data.root = a.folder or "data/imagenet-sample"
+        c.data.root = folder or "data/imagenet-sample"
         c.data.num_classes = 0  # As many as the folder has.
-        if a.runlocal and not a.folder:
+        if runlocal and not folder:
             c.data.train_split = c.data.eval_split = "."
         else:
             c.data.train_split, c.data.eval_split = "train", "test"
-    if a.runlocal:
+    if runlocal:
         c.total_steps, c.batch_size, c.eval_batch_size = 2, 2, 2
         c.data.eval_examples = 2
         c.log_every_steps, c.eval_every_steps, c.checkpoint_every_steps = 1, 0, 0

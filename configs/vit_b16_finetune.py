@@ -21,7 +21,6 @@ instead), `ckpt=PATH` (the `.npz`; default the gs:// original), `runlocal` (2 st
 default `data/imagenet-sample` read for both splits).
 """
 
-import ml_collections
 
 from configs import common
 
@@ -66,18 +65,4 @@ def get_config(arg=None):
     c.optim.schedule = "cosine"
     c.optim.weight_decay = 0.0
     c.optim.grad_clip_norm = 1.0
-    if a.folder or a.runlocal:
-        c.data.source, c.data.name = "folder", ""
-        c.data.root = a.folder or "data/imagenet-sample"
-        c.data.num_classes = 0  # As many as the folder has.
-        if a.runlocal and not a.folder:
-            c.data.train_split = c.data.eval_split = "."
-        else:
-            c.data.train_split, c.data.eval_split = "train", "test"
-    if a.runlocal:
-        c.total_steps, c.batch_size, c.eval_batch_size = 2, 2, 2
-        c.data.eval_examples = 2
-        c.log_every_steps, c.eval_every_steps, c.checkpoint_every_steps = 1, 0, 0
-        c.optim.warmup_steps = 1
-        c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1))  # one device: batch 2 splits no further
-    return c
+    return common.folder_or_runlocal(c, a.folder, a.runlocal)

@@ -95,7 +95,8 @@ def test_sweep_expands_and_every_run_builds(tmp_path):
     from launch import sweep
 
     root = write_image_folder(tmp_path / "data", classes=("a", "b"), per_class=2, size=32)
-    sw = sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar_ablations.py") + f":steps=8,data_steps=8,root={root}")
+    arg = f":steps=8,data_steps=8,root={root}"
+    sw = sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar_ablations.py") + arg)
     cmds = sweep.commands(sw, str(tmp_path / "runs"))
     # 4 (2 seeds x permute) + skip + GAP + positional + 2 ResNet-18 + 3 data-size arms, each in its own workdir.
     assert len(cmds) == len(sw["runs"]) == 12 and len({w for _, w, _ in cmds}) == 12
