@@ -31,6 +31,11 @@ import numpy as np
 
 Dtype = Any
 
+# Logical axis names of the activations, constrained at the encoder-block boundaries as big_vision does
+# (`flax.linen.with_logical_constraint`): a no-op unless the caller maps the names onto mesh axes
+# (`vit_jax_struct.train.sharding.activation_sharding`), which the train and eval steps do.
+ACT_TOKENS = ("act_batch", "act_len", "act_emb")  # [B, N, D] residual stream and branch outputs
+ACT_MLP = ("act_batch", "act_len", "act_mlp")     # [B, N, mlp_dim] MLP hidden layer
 # width, depth, mlp_dim, num_heads (ViT paper Table 1; "mu" is big_vision's debugging size).
 VARIANTS = {
     "mu": (32, 1, 128, 2),
@@ -163,6 +168,7 @@ class MlpBlock(nn.Module):
                   bias_init=nn.initializers.normal(stddev=1e-6))
         d = x.shape[-1]
         x = nn.Dense(self.mlp_dim, name="Dense_0", **kw)(x)
+        x = nn.with_logical_constraint(x, ACT_MLP)
         x = nn.gelu(x)
         x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
         x = nn.Dense(d, name="Dense_1", **kw)(x)
@@ -179,7 +185,9 @@ class Encoder1DBlock(nn.Module):
     `z'' = MLP(LN(z'))`, `'both'` removes both residuals. The residual streams `z`, `z'` and branch outputs
     `f(z)` are sown into the `intermediates` collection (`mhsa_residual`, `mhsa_branch`, `mlp_residual`,
     `mlp_branch`, each `[B, N, D]`) when it is mutable. `pos` (`[1, N, D]`) switches the MHSA to positional
-    attention (see `MultiHeadDotProductAttention`).
+    attention (see `MultiHeadDotProductAttention`). The block input, the MHSA output, the MLP hidden layer and the
+    block output carry logical sharding constraints (`ACT_TOKENS`, `ACT_MLP`; big_vision's `act_batch`/`act_len`/
+    `act_emb`), no-ops unless a caller maps them to mesh axes (`train.sharding.activation_sharding`).
 
     Call: `(x [B, N, D], deterministic, pos=None) -> (x [B, N, D], attention weights [B, heads, N, N])`; with
     `scan_output=True` (the `nn.scan` body of `Encoder(scan=True)`) `-> (x, (x, weights))`: carry and per-block output.
@@ -195,10 +203,12 @@ class Encoder1DBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True, pos=None):
+        x = nn.with_logical_constraint(x, ACT_TOKENS)
         y = nn.LayerNorm(dtype=self.dtype, name="LayerNorm_0")(x)
         y, weights = MultiHeadDotProductAttention(
             num_heads=self.num_heads, dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
             name="MultiHeadDotProductAttention_1")(y, deterministic, pos)
+        y = nn.with_logical_constraint(y, ACT_TOKENS)
         y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
         # Residual stream and branch output, for skip norm ratios (analysis applies with mutable "intermediates").
         self.sow("intermediates", "mhsa_residual", x)
@@ -209,6 +219,7 @@ class Encoder1DBlock(nn.Module):
         self.sow("intermediates", "mlp_residual", x)
         self.sow("intermediates", "mlp_branch", y)
         x = y if self.remove_skip in ("mlp", "both") else x + y
+        x = nn.with_logical_constraint(x, ACT_TOKENS)
         return (x, (x, weights)) if self.scan_output else (x, weights)
 
 

@@ -8,10 +8,13 @@ the all-gathers and reduce-scatters.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import AxisType, NamedSharding
@@ -19,6 +22,9 @@ from jax.sharding import PartitionSpec as P
 
 MESH_AXES = ("data", "fsdp")
 BATCH_SPEC = P(MESH_AXES)
+# Logical activation axes of the models (`vit.ACT_TOKENS`, `vit.ACT_MLP`) -> mesh axes: the batch over every device,
+# tokens and features unsharded (big_vision's `act_batch` rule).
+ACTIVATION_RULES = (("act_batch", MESH_AXES), ("act_len", None), ("act_emb", None), ("act_mlp", None))
 
 
 def create_mesh(mesh_config, devices: Sequence | None = None) -> jax.sharding.Mesh:
@@ -55,6 +61,32 @@ def create_mesh(mesh_config, devices: Sequence | None = None) -> jax.sharding.Me
                          + (" (all must be used in a multi-process run)" if jax.process_count() > 1 else ""))
     return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
                          devices=devices[:total])
+
+
+@contextlib.contextmanager
+def activation_sharding(mesh) -> Iterator[None]:
+    """Context in which the models' logical activation constraints (`flax.linen.with_logical_constraint`) shard
+    the batch dimension over every device of `mesh` (`ACTIVATION_RULES`). Enter it inside the function being
+    traced (`jax.jit`'s body), so the constraints are part of the compiled program wherever it is called.
+
+    Why: with FSDP the parameters are sharded over 'fsdp', the same axis that splits the batch; without these
+    constraints the partitioner may resolve a matmul by gathering the activations (batch dimension unsharded on
+    'fsdp') instead of the weights, which inside `nn.scan`'s loop made temporaries grow with the FSDP degree (see
+    docs/scaling.md). Outside this context the constraints are no-ops (analysis, tests on one device).
+    """
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(ACTIVATION_RULES):
+        yield
+
+
+def with_activation_sharding(mesh):
+    """Decorator: runs the function inside `activation_sharding(mesh)` (for the bodies of jitted steps)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with activation_sharding(mesh):
+                return fn(*args, **kwargs)
+        return wrapped
+    return wrap
 
 
 def tree_paths(tree) -> list[str]:

@@ -13,6 +13,7 @@ checkpoint that does not match the model) is checked before anything is written 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -183,7 +184,11 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
     """
     dropout_root = jax.random.fold_in(jax.random.key(config.seed), 1)
     accum = int(config.get("accum_steps", 1))
+    # Gradients take the parameters' sharding (reduce-scatter under FSDP, not a replicated all-reduce), also the
+    # accumulator carried through the micro-batch scan.
+    shard_like_params = functools.partial(jax.lax.with_sharding_constraint, shardings=state_sharding["params"])
 
+    @sharding.with_activation_sharding(mesh)
     def step_fn(state, batch):
         step = state["step"]
         rng = jax.random.fold_in(dropout_root, step)
@@ -201,14 +206,16 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         if accum == 1:
             (loss, new_model_state), grads = grad_fn(state["params"], model_state, batch, rng)
+            grads = shard_like_params(grads)
         else:
             def micro(carry, xs):
                 loss_sum, grad_sum, mstate = carry
                 i, mb = xs
                 (loss, mstate), grads = grad_fn(state["params"], mstate, mb, jax.random.fold_in(rng, i))
-                return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads), mstate), None
+                grad_sum = shard_like_params(jax.tree.map(jnp.add, grad_sum, shard_like_params(grads)))
+                return (loss_sum + loss, grad_sum, mstate), None
 
-            zeros = jax.tree.map(jnp.zeros_like, state["params"])
+            zeros = shard_like_params(jax.tree.map(jnp.zeros_like, state["params"]))
             (loss, grads, new_model_state), _ = jax.lax.scan(
                 micro, (jnp.zeros((), jnp.float32), zeros, model_state),
                 (jnp.arange(accum), micro_batches(batch, accum, mesh)))
@@ -236,6 +243,7 @@ def model_variables(state) -> dict:
 def make_eval_step(config, model, num_classes, mesh, variables_sharding):
     """Jitted `(variables, batch with "mask") -> {"correct", "loss", "count"}` sums over the real examples."""
 
+    @sharding.with_activation_sharding(mesh)
     def eval_fn(variables, batch):
         logits, _ = model.apply(variables, batch["image"], train=False)
         loss = optim.classification_loss(logits, batch["label"], num_classes, config.loss)
