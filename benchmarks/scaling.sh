@@ -14,10 +14,13 @@ H="--config=configs/vit_h14.py"
 DP="--config.mesh.data=-1 --config.mesh.fsdp=1"
 REMAT="--config.model.remat_policy=nothing_saveable"
 SCAN="--config.model.scan=True"  # one compiled block instead of 24/32: much shorter compiles, same memory with remat
+# The L/H recipes default to remat + scan since 30 Nov 2026: rows without them say so explicitly.
+NOREMAT="--config.model.remat_policy=none"
+NOSCAN="--config.model.scan=False"
 BF16="--config.model.dtype=bfloat16"
 ROWS=(
   # Reference point: ViT-L/16, batch 256 on one v4 host, per-block remat (a colleague measured 6.2 GiB temporaries).
-  "$L --topology=v4:2x2x1 --batch=256 $REMAT"
+  "$L --topology=v4:2x2x1 --batch=256 $REMAT $NOSCAN"
   # ViT-L/16 at the recipe's global batch 4096; L and H default to FSDP over all chips (mesh data=1, fsdp=-1).
   "$L --topology=v4:4x4x4 $REMAT $SCAN"
   "$L --topology=v4:4x4x4 $REMAT $SCAN $DP"
@@ -32,12 +35,19 @@ ROWS=(
   "$H --topology=v4:4x4x4 $REMAT $SCAN"
   "$H --topology=v5p:2x2x4 $BF16 $REMAT $SCAN --config.accum_steps=4"
   # Without remat (unscanned, the default model): slower compiles.
-  "$L --topology=v4:4x4x4"
-  "$L --topology=v4:4x4x4 $BF16"
-  "$H --topology=v5p:4x4x4"
+  "$L --topology=v4:4x4x4 $NOREMAT $NOSCAN"
+  "$L --topology=v4:4x4x4 $BF16 $NOREMAT $NOSCAN"
+  "$H --topology=v5p:4x4x4 $NOREMAT $NOSCAN"
   # The CPU fallback for the reference point (fake CPU devices; cannot judge remat).
-  "$L --topology=v4:2x2x1 --batch=256 $REMAT --backend=cpu"
-  "$L --topology=v4:2x2x1 --batch=256 --backend=cpu"
+  "$L --topology=v4:2x2x1 --batch=256 $REMAT $NOSCAN --backend=cpu"
+  "$L --topology=v4:2x2x1 --batch=256 $NOREMAT $NOSCAN --backend=cpu"
+  # Without remat, scanned (compiles in minutes, unlike rows 12-14), FSDP over all chips.
+  "$L --topology=v4:4x4x4 $NOREMAT $SCAN"
+  "$L --topology=v5e:8x8 $BF16 $NOREMAT $SCAN"
+  # ViT-H/14 on 64 v5e chips: FSDP instead of the marginal data-parallel row 8.
+  "$H --topology=v5e:8x8 $BF16 $REMAT $SCAN"
+  # Without remat, 4 accumulation micro-batches of 16 images per chip instead.
+  "$L --topology=v4:4x4x4 $NOREMAT $SCAN --config.accum_steps=4"
 )
 for i in "${!ROWS[@]}"; do
   n=$((i + 1))
