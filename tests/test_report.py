@@ -31,12 +31,13 @@ def test_scoreboard_compares_arms_and_writes_tables(tmp_path):
     _run(root, "pos0", 0.50, attention="positional")
     _run(root, "skip0", 0.55, skip_ablation="3:both")
     _run(root, "frac0", 0.40, train_fraction=0.1)
+    _run(root, "frac3", 0.605, train_fraction=0.3)  # -0.5 points: within the noise band
     _run(root, "other_budget", 0.9, steps=999, attention="positional")  # no baseline with 999 steps
     cnn = {"name": "resnet", "depth": 18}
     _run(root, "rn", 0.7, model=dict(cnn))
     _run(root, "rn_perm", 0.5, model=dict(cnn), permute_patches=True)
     runs = report.find_runs([root])
-    assert len(runs) == 9 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
+    assert len(runs) == 10 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
     rows = {r["comparison"]: r for r in report.compare(runs)}
     j2 = rows["permuted vs original patches (ViT)"]
     assert j2["baseline"] == pytest.approx(0.61) and j2["n_baseline"] == 2
@@ -47,10 +48,11 @@ def test_scoreboard_compares_arms_and_writes_tables(tmp_path):
     assert rows["skip connections removed in a middle block (ViT) [skip 3:both]"]["delta_points"] == \
         pytest.approx(-6.0)
     assert rows["train_fraction < 1 vs all data (ViT) [fraction 0.1]"]["verdict"] == "same direction"
+    assert rows["train_fraction < 1 vs all data (ViT) [fraction 0.3]"]["verdict"].startswith("no clear effect")
     md, csv_path = report.write(runs, list(rows.values()), str(tmp_path / "out"), "python launch/sweep.py …")
     with open(md) as f:
         text = f.read()
     assert "| J3 |" in text and "python launch/sweep.py" in text
     with open(csv_path) as f:
-        assert f.read().count("\n") == 10
+        assert f.read().count("\n") == 11
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2")]) == 0
