@@ -74,6 +74,9 @@ def activation_sharding(mesh) -> Iterator[None]:
     'fsdp') instead of the weights, which inside `nn.scan`'s loop made temporaries grow with the FSDP degree (see
     docs/scaling.md). Outside this context the constraints are no-ops (analysis, tests on one device).
     """
+    if mesh.devices.size == 1:  # Nothing to shard: leave the single-device program without constraints.
+        yield
+        return
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(ACTIVATION_RULES):
         yield
 

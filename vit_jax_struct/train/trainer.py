@@ -186,7 +186,8 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
     accum = int(config.get("accum_steps", 1))
     # Gradients take the parameters' sharding (reduce-scatter under FSDP, not a replicated all-reduce), also the
     # accumulator carried through the micro-batch scan.
-    shard_like_params = functools.partial(jax.lax.with_sharding_constraint, shardings=state_sharding["params"])
+    shard_like_params = functools.partial(jax.lax.with_sharding_constraint, shardings=state_sharding["params"]) \
+        if mesh.devices.size > 1 else (lambda tree: tree)
 
     @sharding.with_activation_sharding(mesh)
     def step_fn(state, batch):
