@@ -9,7 +9,6 @@ the all-gathers and reduce-scatters.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -67,7 +66,9 @@ def create_mesh(mesh_config, devices: Sequence | None = None) -> jax.sharding.Me
 def activation_sharding(mesh) -> Iterator[None]:
     """Context in which the models' logical activation constraints (`flax.linen.with_logical_constraint`) shard
     the batch dimension over every device of `mesh` (`ACTIVATION_RULES`). Enter it inside the function being
-    traced (`jax.jit`'s body), so the constraints are part of the compiled program wherever it is called.
+    traced (`jax.jit`'s body), so the constraints are part of the compiled program wherever it is called; as a
+    decorator (`@activation_sharding(mesh)`, `contextlib.ContextDecorator`) it wraps the whole body. On a
+    one-device mesh it does nothing.
 
     Why: with FSDP the parameters are sharded over 'fsdp', the same axis that splits the batch; without these
     constraints the partitioner may resolve a matmul by gathering the activations (batch dimension unsharded on
@@ -79,17 +80,6 @@ def activation_sharding(mesh) -> Iterator[None]:
         return
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(ACTIVATION_RULES):
         yield
-
-
-def with_activation_sharding(mesh):
-    """Decorator: runs the function inside `activation_sharding(mesh)` (for the bodies of jitted steps)."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def wrapped(*args, **kwargs):
-            with activation_sharding(mesh):
-                return fn(*args, **kwargs)
-        return wrapped
-    return wrap
 
 
 def tree_paths(tree) -> list[str]:

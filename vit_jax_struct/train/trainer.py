@@ -189,7 +189,7 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
     shard_like_params = functools.partial(jax.lax.with_sharding_constraint, shardings=state_sharding["params"]) \
         if mesh.devices.size > 1 else (lambda tree: tree)
 
-    @sharding.with_activation_sharding(mesh)
+    @sharding.activation_sharding(mesh)
     def step_fn(state, batch):
         step = state["step"]
         rng = jax.random.fold_in(dropout_root, step)
@@ -244,7 +244,7 @@ def model_variables(state) -> dict:
 def make_eval_step(config, model, num_classes, mesh, variables_sharding):
     """Jitted `(variables, batch with "mask") -> {"correct", "loss", "count"}` sums over the real examples."""
 
-    @sharding.with_activation_sharding(mesh)
+    @sharding.activation_sharding(mesh)
     def eval_fn(variables, batch):
         logits, _ = model.apply(variables, batch["image"], train=False)
         loss = optim.classification_loss(logits, batch["label"], num_classes, config.loss)
