@@ -97,7 +97,7 @@ def test_bf16_compute_keeps_float32_parameters(reference):
     assert float(loss_bf16) == pytest.approx(float(loss), rel=2e-2)  # bfloat16 has an 8-bit mantissa
 
 
-def _one_step(**overrides):
+def _one_step(return_initial=False, **overrides):
     config = tiny_config(**{"batch_size": 32, "mesh.data": 4, "mesh.fsdp": 2, "optim.warmup_steps": 0,
                             "optim.lr": 1e-2, **overrides})
     parts = trainer.build(config)
@@ -106,6 +106,8 @@ def _one_step(**overrides):
                                    parts["mesh"], state_sh)
     state = parts["init_state"](jax.random.key(0))
     state["params"]["head"]["kernel"] = state["params"]["head"]["kernel"] + 0.05  # gradients reach the blocks
+    if return_initial:
+        return jax.device_get(state)
     rng = np.random.default_rng(0)
     batch = {"image": rng.normal(size=(32, 8, 8, 3)).astype(np.float32),
              "label": rng.integers(0, 10, 32).astype(np.int32)}
@@ -116,12 +118,22 @@ def _one_step(**overrides):
 
 
 def test_accumulation_over_4_micro_batches_equals_the_full_batch():
-    full, m_full = _one_step()
-    acc, m_acc = _one_step(accum_steps=4)
-    assert float(m_acc["loss"]) == pytest.approx(float(m_full["loss"]), rel=1e-6)
-    assert float(m_acc["grad_norm"]) == pytest.approx(float(m_full["grad_norm"]), rel=1e-5)
-    _assert_trees_close(acc["params"], full["params"], rtol=1e-5, atol=1e-7)
-    _assert_trees_close(acc["opt_state"], full["opt_state"], rtol=1e-4, atol=1e-9)
+    # Plain SGD at lr 1 without clipping or decay: the update is minus the gradient, so comparing parameters
+    # compares the accumulated and the full-batch gradients themselves, which are mathematically equal. (An Adam
+    # step divides by sqrt(v) ~ |g| and turns the rounding noise of near-zero gradients into O(lr) differences that
+    # depend on the CPU's float path, so it is no portable check of the accumulation.)
+    sgd = {"optim.name": "sgd", "optim.momentum": 0.0, "optim.lr": 1.0, "optim.grad_clip_norm": 0.0,
+           "optim.weight_decay": 0.0, "optim.schedule": "constant"}
+    before = _one_step(**sgd, return_initial=True)
+    full, m_full = _one_step(**sgd)
+    acc, m_acc = _one_step(**sgd, accum_steps=4)
+    assert float(m_acc["loss"]) == pytest.approx(float(m_full["loss"]), rel=1e-5)
+    assert float(m_acc["grad_norm"]) == pytest.approx(float(m_full["grad_norm"]), rel=1e-4)
+    g_full = jax.tree.map(np.subtract, before["params"], full["params"])
+    g_acc = jax.tree.map(np.subtract, before["params"], acc["params"])
+    scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(g_full))
+    assert scale > 1e-3  # gradients reach the parameters
+    _assert_trees_close(g_acc, g_full, rtol=1e-3, atol=1e-5 * scale)
 
 
 def test_accumulation_needs_micro_batches_that_split_over_devices():
