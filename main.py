@@ -1,30 +1,44 @@
 """Entry point: `python main.py --config=configs/<name>.py[:arg] [--workdir=DIR] [--config.key=value …]`.
 
 `python main.py --mode=analyze --workdir=RUN [--compare=OTHER_RUN]` analyses a trained run (see
-`vit_jax_struct/analysis/run.py`).
+`vit_jax_struct/analysis/run.py`); `--mode=verify` decodes every example of the config's train and eval splits and
+lists the unreadable ones (see `vit_jax_struct/data/verify.py`).
 
-Without `--workdir` a run lives in `runs/<config name>[_<arg>]`, so rerunning the same command resumes it.
+Without `--workdir` a run lives in `runs/<config name>[_<arg>]`, so rerunning the same command resumes it. A
+workdir may be a `gs://bucket/…` URL (every file of the run then lives in the bucket).
 `--config.multihost=True` (set by `launch/tpu_vm.sh`) calls `vit_jax_struct.train.distributed.initialize` first: one
 process per host, every host running the same command; `--config.distributed.*` give the coordinator, process count
 and index where the environment does not (see that module).
+
+Exit codes: 0 done (or already complete); 2 a usage or config error (one line naming the key or flag, before
+anything is written; `--traceback` shows the trace); 143 pre-empted by SIGTERM after the checkpoint was written
+(rerun to resume); 1 any other failure (storage, checkpoint, NaN loss, a busy workdir: one line, `--traceback` for
+the trace).
 """
 
 import logging as logging_std
 import os
 import re
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config file (file.py[:arg]).",
                                           lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run folder (default: runs/<config name>[_<arg>]).")
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "analyze"],
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run folder or gs:// URL (default: runs/<config name>[_<arg>]).")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "analyze", "verify"],
                           "train: train (and resume) the config in the workdir; analyze: restore the workdir's latest "
-                          "checkpoint and write RUN/analysis/ (plots, analysis.json, report.md).")
+                          "checkpoint and write RUN/analysis/ (plots, analysis.json, report.md); verify: decode every "
+                          "example of the config's train and eval splits and list the bad ones.")
 _COMPARE = flags.DEFINE_string("compare", None, "analyze: a second run for cross-model CKA (e.g. a ResNet).")
 _EXAMPLES = flags.DEFINE_integer("analysis_examples", 1024, "analyze: eval examples to use.")
 _BATCH = flags.DEFINE_integer("analysis_batch", 256, "analyze: minibatch size for CKA (examples).")
+_WORKERS = flags.DEFINE_integer("verify_workers", 0, "verify: decoding threads (0: one per CPU core).")
+_TRACEBACK = flags.DEFINE_bool("traceback", False, "On a usage, config or run error print the whole traceback, "
+                               "not one line.")
+
+USAGE_EXIT, PREEMPTED_EXIT = 2, 143
 
 
 def default_workdir(config_arg: str) -> str:
@@ -41,22 +55,72 @@ class _QuietLibraries(logging_std.Filter):
 
     def filter(self, record):
         return record.levelno >= logging_std.WARNING or not any(
-            f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "array_record"))
+            f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "array_record", "gcsfs", "fsspec"))
+
+
+def _fail(message: str, code: int):
+    print(f"error: {message}" + ("" if _traceback_requested() else "  (--traceback for the full trace)"),
+          file=sys.stderr)
+    sys.exit(code)
+
+
+def _traceback_requested() -> bool:
+    return any(a in ("--traceback", "--traceback=true", "--traceback=True") for a in sys.argv[1:])
+
+
+def _parse_flags(argv):
+    """absl's flag parsing, with a bad flag or config (`--config.model.widht=3`, a config file error) reported as
+    one line and exit code 2."""
+    try:
+        return flags.FLAGS(argv)
+    except Exception as e:
+        if _traceback_requested():
+            raise
+        _fail(str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__, USAGE_EXIT)
 
 
 def main(argv):
     logging.get_absl_handler().addFilter(_QuietLibraries())
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from vit_jax_struct import storage
+    from vit_jax_struct.train import checkpoint, lock, validate
+
+    user_errors = (validate.ConfigError, app.UsageError, ValueError, FileNotFoundError, NotADirectoryError)
+    run_errors = (storage.StorageError, lock.WorkdirBusyError, checkpoint.CheckpointError, FloatingPointError)
+    from vit_jax_struct.train.trainer import Preempted
+
+    try:
+        _run()
+    except Preempted as e:
+        logging.warning("%s", e)
+        sys.exit(PREEMPTED_EXIT)
+    except run_errors as e:
+        if _TRACEBACK.value:
+            raise
+        _fail(f"{type(e).__name__}: {e}", 1)
+    except user_errors as e:
+        if _TRACEBACK.value:
+            raise
+        _fail(str(e), USAGE_EXIT)
+
+
+def _run():
     config = _CONFIG.value
     if config.get("multihost"):  # Before anything touches JAX; fails within config.distributed.timeout_s.
         from vit_jax_struct.train import distributed
 
         distributed.initialize(config.get("distributed"))
-    workdir = _WORKDIR.value or default_workdir(config_flags.get_config_filename(flags.FLAGS["config"])
-                                                + _config_arg_suffix())
-    logging.info("workdir: %s", os.path.abspath(workdir))
-    if config.get("task") == "theory":  # configs/theory/*: the synthetic experiments, their own loop
+    workdir = _WORKDIR.value or default_workdir(config_flags.get_config_filename(flags.FLAGS["config"]))
+    from vit_jax_struct import storage
+
+    logging.info("workdir: %s", storage.path(workdir))
+    if _MODE.value == "verify":
+        from vit_jax_struct.data import verify
+
+        if verify.verify_config(config, workers=_WORKERS.value or None):
+            sys.exit(1)
+    elif config.get("task") == "theory":  # configs/theory/*: the synthetic experiments, their own loop
         from vit_jax_struct.theory import run as theory_run
 
         theory_run.run(config, workdir)
@@ -73,11 +137,5 @@ def main(argv):
         analysis_run.run_from_flags(workdir, _COMPARE.value, explicit, _EXAMPLES.value, _BATCH.value)
 
 
-def _config_arg_suffix() -> str:
-    value = flags.FLAGS["config"].serialize().split("=", 1)[-1]
-    _, sep, arg = value.partition(":")
-    return sep + arg if sep else ""
-
-
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

@@ -20,6 +20,9 @@ def base() -> ml_collections.ConfigDict:
     c.eval_every_steps = 500          # 0: evaluate only at the end.
     c.checkpoint_every_steps = 500    # Plus at the end and on SIGTERM.
     c.keep_checkpoints = 3
+    c.save_checkpoints = True         # False: no checkpoint at all (smoke runs); the run cannot resume
+    c.checkpoint_timeout_s = 1200     # a background checkpoint write that takes longer fails the run
+    c.metrics_flush_secs = 30.0       # gs:// workdirs: longest time between uploads of metrics.jsonl / TensorBoard
     c.init_from = ""                  # Warm start: a workdir or checkpoints/<step> folder (parameters only),
     #                                   or a published ViT .npz (vit_jax / big_vision layout, models/official.py):
     c.init_reinit = r"^(head|pre_logits)/"  # .npz: params (regex on paths) kept at their fresh init; matching
@@ -59,7 +62,7 @@ def base() -> ml_collections.ConfigDict:
     c.model.scan = False              # nn.scan over encoder blocks (params stacked: Transformer/encoderblock [L, …])
 
     c.data = ml_collections.ConfigDict()
-    c.data.source = "digits"          # "digits" | "folder" | "tfds"
+    c.data.source = "digits"          # "digits" | "folder" | "tfds" | "sample_photos" (sklearn's 2 photos, offline)
     c.data.name = ""                  # TFDS name (source='tfds')
     c.data.root = ""                  # image-folder root (source='folder') or TFDS data_dir
     c.data.train_split = "train"
@@ -76,6 +79,8 @@ def base() -> ml_collections.ConfigDict:
     c.data.eval_examples = 0          # 0: the whole eval split; N: N examples spread evenly over it
     c.data.num_threads = 2            # grain reader threads per host (decode + augment)
     c.data.prefetch = 256             # grain prefetch buffer (examples)
+    c.data.decode_errors = "raise"    # "raise": an unreadable image stops the run, naming it; "skip": replaced by
+    #                                   the next readable example (deterministic), counted as data/skipped
 
     c.pp = ml_collections.ConfigDict()
     c.pp.train_crop = "inception"     # "inception" | "pad" | "none"
@@ -139,8 +144,8 @@ def pretrain(variant: str, arg=None) -> ml_collections.ConfigDict:
 
     Arguments (`file.py:arg`, comma-separated): `data=i1k|i21k` (TFDS, default i1k, i.e. the 1000-class head the
     parameter counts refer to), `folder=PATH` (an image folder root/{train,test}/<class>/ instead, e.g. a prepared
-    JFT-style set), `runlocal` (2 steps of batch 2 on 224-px images from an image folder, for this CPU;
-    default folder `data/imagenet-sample` with the same folder for train and eval).
+    JFT-style set), `runlocal` (2 steps of batch 2 on 224-px images, for this CPU, no checkpoint;
+    scikit-learn's two sample photos unless `folder=` is given).
     """
     a = parse_arg(arg, data="i1k", folder="", runlocal=False)
     if a.data not in PRETRAIN_DATA:
@@ -183,20 +188,23 @@ def folder_or_runlocal(c: ml_collections.ConfigDict, folder: str, runlocal: bool
     """Applies the `folder=PATH` / `runlocal` config arguments of the 224/384-px recipes to `c` (in place).
 
     `folder`: read an image folder root/{train,test}/<class>/ instead of TFDS. `runlocal`: 2 steps of batch 2 on one
-    device, for this CPU; without `folder` it reads `data/imagenet-sample` for both splits.
+    device, for this CPU, writing no checkpoint (`--config.save_checkpoints=True` to write one); without `folder` it
+    reads the two photos scikit-learn ships (`data.source='sample_photos'`, offline), so it runs on a fresh clone.
     """
-    if folder or runlocal:
+    if folder:
         c.data.source, c.data.name = "folder", ""
-        c.data.root = folder or "data/imagenet-sample"
+        c.data.root = folder
         c.data.num_classes = 0  # As many as the folder has.
-        if runlocal and not folder:
-            c.data.train_split = c.data.eval_split = "."
-        else:
-            c.data.train_split, c.data.eval_split = "train", "test"
+        c.data.train_split, c.data.eval_split = "train", "test"
+    elif runlocal:
+        c.data.source, c.data.name, c.data.root = "sample_photos", "", ""
+        c.data.num_classes = 0
+        c.data.train_split, c.data.eval_split = "train", "test"
     if runlocal:
         c.total_steps, c.batch_size, c.eval_batch_size = 2, 2, 2
         c.data.eval_examples = 2
         c.log_every_steps, c.eval_every_steps, c.checkpoint_every_steps = 1, 0, 0
+        c.save_checkpoints = False  # a ViT-L state is 3.6 GB: not for a smoke run
         c.optim.warmup_steps = 1
         c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1))  # one device: batch 2 splits no further
     return c

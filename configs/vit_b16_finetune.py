@@ -17,8 +17,8 @@ vit_jax accumulates gradients over 8 micro-batches to fit 8 V100s: `--config.acc
 Expected: ImageNet top-1 ≈ 84.6 % (vit_jax README: ViT-B_16, imagenet21k → imagenet2012 at 384 px, 84.61/84.62 %
 in two runs).
 Arguments (comma-separated): `data=i1k|cifar10|cifar100` (TFDS; default i1k), `folder=PATH` (an image folder
-instead), `ckpt=PATH` (the `.npz`; default the gs:// original), `runlocal` (2 steps of batch 2 on an image folder,
-default `data/imagenet-sample` read for both splits).
+instead), `ckpt=PATH` (the `.npz`; default the gs:// original), `runlocal` (2 steps of batch 2, no checkpoint, on
+scikit-learn's two sample photos unless `folder=` is given).
 """
 
 

@@ -49,6 +49,13 @@ def _scale(image: np.ndarray, value_range) -> np.ndarray:
     return image.astype(np.float32) * ((hi - lo) / 255.0) + lo
 
 
+def _passthrough(record, out):
+    """Keeps the `skipped` flag of `sources.SkipUnreadable` records (the trainer counts it)."""
+    if "skipped" in record:
+        out["skipped"] = np.int32(record["skipped"])
+    return out
+
+
 class TrainPreprocess:
     """Random train transform; `(record, rng: np.random.Generator) -> {"image": float32 [S,S,3], "label": int32}`.
 
@@ -89,7 +96,7 @@ class TrainPreprocess:
                 image = image[y0:y0 + s, x0:x0 + s]
         if self.flip and rng.uniform() < 0.5:
             image = image[:, ::-1]
-        return {"image": _scale(image, self.value_range), "label": np.int32(record["label"])}
+        return _passthrough(record, {"image": _scale(image, self.value_range), "label": np.int32(record["label"])})
 
 
 class EvalPreprocess:
@@ -113,7 +120,7 @@ class EvalPreprocess:
         x0, y0 = (w - side) / 2, (h - side) / 2
         if (h, w) != (self.image_size, self.image_size) or self.crop_fraction != 1.0:
             image = _resize(image, self.image_size, (x0, y0, x0 + side, y0 + side))
-        return {"image": _scale(image, self.value_range), "label": np.int32(record["label"])}
+        return _passthrough(record, {"image": _scale(image, self.value_range), "label": np.int32(record["label"])})
 
 
 def from_config(pp_config, image_size: int):

@@ -11,8 +11,12 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+from absl import logging
+
+from vit_jax_struct import storage
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+SOURCES = ("digits", "folder", "tfds", "sample_photos")
 
 
 def to_rgb(image: np.ndarray) -> np.ndarray:
@@ -28,6 +32,35 @@ def to_rgb(image: np.ndarray) -> np.ndarray:
     if image.shape[-1] == 1:
         return np.repeat(image, 3, axis=-1)
     return image[..., :3]
+
+
+# Pillow modes with more than 8 bits per sample, and the value that maps to 255.
+_HIGH_BIT_MODES = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535, "I": 65535, "F": 1.0}
+
+
+def decode_image(data: bytes, name: str = "image") -> np.ndarray:
+    """Encoded image bytes (JPEG, PNG, …; Pillow) -> uint8 `[H, W, 3]`.
+
+    Grey, palette and RGBA images become RGB. High-bit-depth modes are scaled to 8 bits, not clipped: 16-bit grey
+    (`I;16*`, and 32-bit integer `I`, which Pillow uses for 16-bit PNG/TIFF data) maps 0..65535 to 0..255, float
+    (`F`) maps 0..1 to 0..255; values outside the range are clipped.
+
+    Raises:
+      ValueError: the bytes cannot be decoded, naming `name`.
+    """
+    from PIL import Image
+
+    try:
+        img = Image.open(io.BytesIO(data))
+        img.load()
+        if img.mode in _HIGH_BIT_MODES:
+            full = _HIGH_BIT_MODES[img.mode]
+            a = np.asarray(img, np.float64)
+            a = np.clip(np.round(a * (255.0 / full)), 0, 255).astype(np.uint8)
+            return np.repeat(a[..., None], 3, axis=-1) if a.ndim == 2 else to_rgb(a)
+        return np.asarray(img.convert("RGB"), np.uint8)
+    except Exception as e:  # PIL raises several types; one clear error naming the file.
+        raise ValueError(f"cannot decode image file {name!r}: {type(e).__name__}: {e}") from e
 
 
 class DigitsSource:
@@ -67,19 +100,20 @@ class DigitsSource:
 
 
 def _list_images(folder: str) -> list[str]:
-    return sorted(os.path.join(folder, f) for f in os.listdir(folder)
-                  if f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith("."))
+    return [storage.join(folder, f) for f in storage.listdir(folder)
+            if f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith(".")]
 
 
 class ImageFolderSource:
-    """Images in `root/<split>/<class>/*.{jpg,jpeg,png}`; labels are the class folders in sorted order.
+    """Images in `root/<split>/<class>/*.{jpg,jpeg,png}` (local or `gs://`); labels are the class folders, sorted.
 
-    Decoding uses Pillow; grey, palette and RGBA files become RGB. Listing is eager (so a missing folder or an
-    empty class fails at start-up); decoding is lazy, in grain's reader threads.
+    Decoding uses Pillow (`decode_image`: grey, palette and RGBA files become RGB, 16-bit ones are scaled to 8 bits).
+    Listing is eager (so a missing folder or an empty class fails at start-up); decoding is lazy, in grain's reader
+    threads.
 
     Args:
-      root: dataset folder.
-      split: sub-folder, e.g. 'train' or 'test'.
+      root: dataset folder or URL.
+      split: sub-folder, e.g. 'train' or 'test' ('.': the root itself holds the class folders).
       class_names: if given (e.g. the train split's), the split must have exactly these class folders.
 
     Raises:
@@ -89,13 +123,14 @@ class ImageFolderSource:
     """
 
     def __init__(self, root: str, split: str, class_names: Sequence[str] | None = None):
-        folder = os.path.join(os.path.expanduser(str(root)), split)
-        if not os.path.isdir(os.path.expanduser(str(root))):
+        root = str(root) if storage.is_url(root) else os.path.expanduser(str(root))
+        folder = root if split in (".", "") else storage.join(root, split)
+        if not storage.isdir(root):
             raise FileNotFoundError(f"data.root {root!r} does not exist; expected a folder laid out as "
                                     "root/{train,test}/<class>/*.jpg")
-        if not os.path.isdir(folder):
+        if not storage.isdir(folder):
             raise FileNotFoundError(f"split folder {folder!r} does not exist; expected root/{split}/<class>/*.jpg")
-        names = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+        names = [d for d in storage.listdir(folder) if storage.isdir(storage.join(folder, d))]
         if not names:
             raise ValueError(f"split folder {folder!r} has no class folders; expected {folder}/<class>/*.jpg")
         if class_names is not None and list(class_names) != names:
@@ -104,9 +139,9 @@ class ImageFolderSource:
                              f"extra {extra}")
         self.paths, labels = [], []
         for label, name in enumerate(names):
-            files = _list_images(os.path.join(folder, name))
+            files = _list_images(storage.join(folder, name))
             if not files:
-                raise ValueError(f"class folder {os.path.join(folder, name)!r} has no images "
+                raise ValueError(f"class folder {storage.join(folder, name)!r} has no images "
                                  f"(looked for {', '.join(IMAGE_EXTENSIONS)})")
             self.paths += files
             labels += [label] * len(files)
@@ -118,16 +153,74 @@ class ImageFolderSource:
         return len(self.paths)
 
     def __getitem__(self, i):
-        from PIL import Image
-
         path = self.paths[i]
         try:
-            with open(path, "rb") as f:
-                img = Image.open(io.BytesIO(f.read()))
-                img = img.convert("RGB")
-        except Exception as e:  # PIL raises several types; one clear error naming the file.
-            raise ValueError(f"cannot decode image file {path!r}: {type(e).__name__}: {e}") from e
-        return {"image": np.asarray(img, np.uint8), "label": int(self.labels[i])}
+            data = storage.read_bytes(path)
+        except Exception as e:
+            raise ValueError(f"cannot read image file {path!r}: {type(e).__name__}: {e}") from e
+        return {"image": decode_image(data, path), "label": int(self.labels[i])}
+
+    def describe(self, i) -> str:
+        return self.paths[i]
+
+
+class SamplePhotosSource:
+    """The two photos scikit-learn ships (`sklearn.datasets.load_sample_images`: `china.jpg`, `flower.jpg`, 427x640
+    RGB, CC-BY 2.0), one class each; offline, for smoke runs of the 224-px recipes (`:runlocal`).
+
+    Both splits hold the same two photos; there is nothing to learn or evaluate, only every code path to run.
+
+    Raises:
+      ValueError: for a split other than 'train', 'test' or '.'.
+    """
+
+    def __init__(self, split: str):
+        from sklearn.datasets import load_sample_images
+
+        if split not in ("train", "test", "."):
+            raise ValueError(f"sample_photos split {split!r} is not one of 'train', 'test'")
+        d = load_sample_images()
+        self.images = [np.asarray(x, np.uint8) for x in d.images]
+        self.class_names = [os.path.splitext(os.path.basename(f))[0] for f in d.filenames]
+        self.num_classes = len(self.class_names)
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        return {"image": self.images[i], "label": int(i)}
+
+
+class SkipUnreadable:
+    """`data.decode_errors='skip'`: an example that cannot be read is replaced by the next readable one.
+
+    Example `i` that fails is replaced by `i+1`, `i+2`, … (mod the length): deterministic, so a resumed run sees the
+    same replacement. Each record gets `"skipped"` (int32, 1 for a replacement), which the trainer sums into
+    `data/skipped`; each replacement is logged with the file's name.
+
+    Raises:
+      ValueError: `max_tries` examples in a row cannot be read (the data is broken, not one file).
+    """
+
+    def __init__(self, source, max_tries: int = 100):
+        self.source, self.max_tries = source, int(max_tries)
+        self.num_classes, self.class_names = source.num_classes, source.class_names
+
+    def __len__(self):
+        return len(self.source)
+
+    def __getitem__(self, i):
+        n = len(self.source)
+        errors = []
+        for k in range(min(self.max_tries, n)):
+            try:
+                record = self.source[(int(i) + k) % n]
+            except (ValueError, OSError) as e:
+                logging.warning("data.decode_errors='skip': example %d unreadable, replaced: %s", (int(i) + k) % n, e)
+                errors.append(str(e))
+                continue
+            return {**record, "skipped": np.int32(k > 0)}
+        raise ValueError(f"{len(errors)} examples in a row from {int(i)} cannot be read; last: {errors[-1]}")
 
 
 class TfdsSource:
@@ -175,6 +268,8 @@ def get_source(data_config, split: str, class_names: Sequence[str] | None = None
     kind = data_config.source
     if kind == "digits":
         return DigitsSource(split)
+    if kind == "sample_photos":
+        return SamplePhotosSource(split)
     if kind == "folder":
         if not data_config.get("root"):
             raise ValueError("data.source='folder' needs data.root, the folder with {train,test}/<class>/*.jpg")
@@ -183,7 +278,7 @@ def get_source(data_config, split: str, class_names: Sequence[str] | None = None
         if not data_config.get("name"):
             raise ValueError("data.source='tfds' needs data.name, e.g. 'cifar100'")
         return TfdsSource(data_config.name, split, data_config.get("root") or None)
-    raise ValueError(f"data.source {kind!r} is not one of 'digits', 'folder', 'tfds'")
+    raise ValueError(f"data.source {kind!r} is not one of {SOURCES}")
 
 
 class Subset:

@@ -9,15 +9,19 @@ written on one mesh restores onto any other (different device count included).
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
 import grain
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from vit_jax_struct import storage
 from vit_jax_struct.models import official, vit
 from vit_jax_struct.train.sharding import path_str
 
@@ -83,33 +87,84 @@ def _item_handlers():
     return {"state": ocp.StandardCheckpointHandler(), "data": grain.checkpoint.CheckpointHandler()}
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written, or no checkpoint of a workdir restores; the message names the path."""
+
+
+# Files of a step folder that Orbax and grain parse as JSON; a truncated one is reported by name before restoring.
+_JSON_FILES = ("_CHECKPOINT_METADATA", "state/_METADATA", "state/_sharding")
+
+
 class Checkpointer:
     """Saves/restores `(train state, data iterator)` under `directory` with an Orbax `CheckpointManager`.
+
+    Local folders and `gs://` URLs alike (Orbax's tensorstore writes the arrays; the step folder counts only once
+    its commit marker is written, so a pre-empted save never replaces the last good checkpoint). Step folders are
+    created synchronously in `save`, so an unusable folder fails there, and `check()` (called every step by the
+    train loop) re-raises a failed background write at once.
 
     Args:
       directory: e.g. `workdir/checkpoints`.
       keep: how many of the most recent checkpoints to keep (None: all).
       async_save: write in a background thread (the train loop goes on; `wait()` blocks).
+      timeout_s: the longest a background save may take before it is reported as failed.
+
+    Raises:
+      CheckpointError: `directory` (or a parent) exists and is not a folder, or cannot be created.
     """
 
-    def __init__(self, directory: str, keep: int | None = 3, async_save: bool = True):
-        self.directory = os.path.abspath(directory)
+    def __init__(self, directory: str, keep: int | None = 3, async_save: bool = True, timeout_s: int = 1200,
+                 read_only: bool = False):
+        self.directory = str(storage.path(directory))
+        if not read_only:
+            try:
+                storage.makedirs(self.directory)
+            except storage.StorageError as e:
+                raise CheckpointError(f"checkpoint folder {self.directory} cannot be used: {e}") from e
         self.manager = ocp.CheckpointManager(
             self.directory, item_handlers=_item_handlers(), options=ocp.CheckpointManagerOptions(
-                max_to_keep=keep, enable_async_checkpointing=async_save, create=True))
+                max_to_keep=keep, enable_async_checkpointing=async_save, create=not read_only,
+                read_only=read_only,
+                async_options=ocp.AsyncOptions(timeout_secs=int(timeout_s), create_directories_asynchronously=False)))
 
     def latest_step(self) -> int | None:
         """Step of the newest complete checkpoint, or None."""
         return self.manager.latest_step()
 
+    def step_dir(self, step: int) -> str:
+        return storage.join(self.directory, str(step))
+
+    def check(self) -> None:
+        """Raises `CheckpointError` if a background save has failed (disk full, folder gone, store down)."""
+        try:
+            self.manager.check_for_errors()
+        except Exception as e:
+            raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {type(e).__name__}: {e}") from e
+
     def save(self, step: int, state, data_iterator) -> None:
-        """Saves `state` and the iterator position as checkpoint `step` (asynchronously if enabled)."""
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
+        """Saves `state` and the iterator position as checkpoint `step` (asynchronously if enabled).
+
+        Raises:
+          CheckpointError: this save could not start, or an earlier background save failed.
+        """
+        self.check()
+        try:
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
+        except Exception as e:
+            raise CheckpointError(f"cannot save checkpoint {self.step_dir(step)}: {type(e).__name__}: {e}") from e
 
     def wait(self) -> None:
-        """Blocks until pending saves are complete on disk."""
-        self.manager.wait_until_finished()
+        """Blocks until pending saves are complete.
+
+        Raises:
+          CheckpointError: a pending save failed.
+        """
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:
+            raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {type(e).__name__}: {e}") from e
+        self.check()
 
     def restore(self, step: int, abstract_state, data_iterator=None):
         """Restores checkpoint `step` onto `abstract_state`'s shardings and rewinds `data_iterator` in place (if given).
@@ -117,7 +172,7 @@ class Checkpointer:
         Raises:
           ValueError: the checkpoint's parameter tree does not match `abstract_state["params"]`.
         """
-        where = os.path.join(self.directory, str(step))
+        where = self.step_dir(step)
         meta = self.manager.item_metadata(step)["state"].tree
         convert = vit.is_scanned(meta["params"]) != vit.is_scanned(abstract_state["params"])
         target = _layout_target(abstract_state, vit.is_scanned(meta["params"])) if convert else abstract_state
@@ -128,9 +183,84 @@ class Checkpointer:
         state = self.manager.restore(step, args=ocp.args.Composite(**items))["state"]
         return _convert_to(state, abstract_state) if convert else state
 
+    def _check_files(self, step: int) -> None:
+        """Raises ValueError naming the first missing or unparsable metadata file of step folder `step`."""
+        d = self.step_dir(step)
+        names = [*_JSON_FILES, f"data/process_{jax.process_index()}-of-{jax.process_count()}.json"]
+        for name in names:
+            p = storage.join(d, name)
+            if name == "state/_sharding" and not storage.exists(p):
+                continue  # Optional in Orbax's layout.
+            try:
+                json.loads(storage.read_text(p))
+            except FileNotFoundError:
+                raise ValueError(f"file {p} is missing") from None
+            except ValueError as e:
+                raise ValueError(f"file {p} is corrupt ({e})") from None
+
+    def restore_latest(self, abstract_state, data_iterator=None):
+        """Restores the newest step that restores: `(step, state)`, or `(None, None)` when there is no checkpoint.
+
+        Empty, partial or corrupt step folders are skipped with a warning naming the step and the file; each one
+        skipped is moved to `checkpoints.broken/<step>` (nothing is deleted), so later saves and resumes do not
+        meet it again.
+
+        Raises:
+          ValueError: the newest readable checkpoint does not match the model (a user error; nothing is skipped).
+          CheckpointError: step folders exist but none restores; lists each step tried and why.
+        """
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        tried = []
+        for step in steps:
+            try:
+                self._check_files(step)
+                self.manager.item_metadata(step)["state"].tree  # noqa: B018 -- raises on unreadable metadata
+            except Exception as e:
+                tried.append((step, f"{type(e).__name__}: {e}"))
+                logging.warning("checkpoint step %d in %s is unreadable, skipping it: %s", step, self.directory,
+                                tried[-1][1])
+                continue
+            try:
+                state = self.restore(step, abstract_state, data_iterator)
+            except ValueError as e:
+                if "does not match the model" in str(e):
+                    raise
+                tried.append((step, f"{type(e).__name__}: {e}"))
+            except Exception as e:
+                tried.append((step, f"{type(e).__name__}: {e}"))
+            else:
+                self._set_aside([s for s, _ in tried])
+                return step, state
+            logging.warning("checkpoint step %d in %s does not restore, skipping it: %s", step, self.directory,
+                            tried[-1][1])
+        if tried:
+            listing = "; ".join(f"step {s}: {why}" for s, why in tried)
+            raise CheckpointError(
+                f"no checkpoint in {self.directory} restores (tried {len(tried)}: {listing}). Not starting from "
+                "scratch over existing checkpoints: move them away (or use another --workdir) to start over.")
+        return None, None
+
+    def _set_aside(self, steps) -> None:
+        if not steps:
+            return
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("vit_jax_struct:checkpoint-set-aside")
+        if jax.process_index() == 0:
+            for step in steps:
+                dst = storage.join(self.directory + ".broken", f"{step}-{int(time.time())}")
+                storage.move(self.step_dir(step), dst)
+                logging.warning("moved the unreadable checkpoint step %d to %s", step, dst)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices("vit_jax_struct:checkpoint-set-aside-done")
+        self.manager.reload()
+
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
 
 
 def official_options(config, model) -> dict:
@@ -198,15 +328,15 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
         if scanned:
             params = jax.tree.map(np.asarray, vit.stack_blocks(params))
         return _place(params, abstract_params), 0
-    path = os.path.abspath(os.path.expanduser(path))
-    if os.path.isdir(os.path.join(path, "checkpoints")):
-        path = os.path.join(path, "checkpoints")
-    base = os.path.basename(path.rstrip("/"))
-    if base.isdigit() and os.path.isdir(os.path.join(path, "state")):
-        directory, step = os.path.dirname(path), int(base)
+    path = str(storage.path(path)).rstrip("/")
+    if storage.isdir(storage.join(path, "checkpoints")):
+        path = storage.join(path, "checkpoints")
+    base = storage.basename(path)
+    if base.isdigit() and storage.isdir(storage.join(path, "state")):
+        directory, step = path[: -len(base) - 1], int(base)
     else:
         directory, step = path, None
-    if not os.path.isdir(directory):
+    if not storage.isdir(directory):
         raise FileNotFoundError(f"config.init_from {path!r}: no such checkpoint folder")
     mngr = ocp.CheckpointManager(directory, item_handlers=_item_handlers(),
                                  options=ocp.CheckpointManagerOptions(read_only=True, create=False))
@@ -217,12 +347,12 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
     # A checkpoint of the other `model.scan` layout is read in its own layout, then converted.
     convert = vit.is_scanned(meta["params"]) != vit.is_scanned(abstract_params)
     target = _layout_target(abstract_params, vit.is_scanned(meta["params"])) if convert else abstract_params
-    check_tree_match(target, meta["params"], os.path.join(directory, str(step)))
+    check_tree_match(target, meta["params"], storage.join(directory, str(step)))
     # Restore the params subtree only; the optimizer state of the source run is not read.
     restore_args = jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding, global_shape=s.shape,
                                                                dtype=s.dtype), target)
     restored = ocp.PyTreeCheckpointer().restore(
-        os.path.join(directory, str(step), "state"),
+        storage.join(directory, str(step), "state"),
         args=ocp.args.PyTreeRestore(item={"params": target}, restore_args={"params": restore_args},
                                     partial_restore=True))
     mngr.close()

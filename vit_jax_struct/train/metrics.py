@@ -2,56 +2,163 @@
 
 Only process 0 writes; other processes get a writer that does nothing. TensorBoard event files are written with
 tensorboardX (no TensorFlow needed).
+
+Each step appears once in `metrics.jsonl`: a resumed run first drops the records past the step it resumes from
+(they are logged again), replacing the file atomically. On a local disk records are then appended and flushed one
+by one. Object stores have no append: the records are kept in memory and the whole object is rewritten at most
+every `flush_secs` seconds and at every checkpoint (`flush()`), so a run killed without warning loses at most the
+records since the last flush — all of them after its last checkpoint, which the resumed run logs again. TensorBoard
+events for a `gs://` workdir are written to a local staging folder and uploaded whole at the same moments (files
+roll over at `tb_chunk_bytes`, so one upload stays small on a long run).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+import time
 
 import jax
 import numpy as np
 
+from vit_jax_struct import storage
+
+
+def _records(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError:  # A line cut short by a crash mid-write (local append): dropped.
+                continue
+    return out
+
 
 class MetricWriter:
-    """Appends scalars to `metrics.jsonl` and TensorBoard under `workdir`.
+    """Writes scalars to `metrics.jsonl` and TensorBoard under `workdir` (local or `gs://`).
 
     `write(step, {"train/loss": 0.3, ...})` writes `{"step": step, "train/loss": 0.3, ...}`; values are
-    converted to Python floats (bitwise: a float32 is widened to float64 exactly). Appending keeps the history of
-    a resumed run in the same file.
+    converted to Python floats (bitwise: a float32 is widened to float64 exactly).
+
+    Args:
+      workdir: the run folder.
+      tensorboard: also write TensorBoard event files under `workdir/tensorboard`.
+      resume_step: records with a step above this are dropped first (the resumed run writes them again);
+        None keeps the file as it is.
+      flush_secs: object stores only: the longest time between two uploads of the records.
+      tb_chunk_bytes: object stores only: start a new event file past this size.
+
+    Raises:
+      storage.StorageError: the file cannot be read or written (names it).
     """
 
-    def __init__(self, workdir: str, tensorboard: bool = True):
+    def __init__(self, workdir: str, tensorboard: bool = True, resume_step: int | None = None,
+                 flush_secs: float = 30.0, tb_chunk_bytes: int = 4 << 20):
         self.active = jax.process_index() == 0
-        self.path = os.path.join(workdir, "metrics.jsonl")
-        self.tb = None
-        if self.active:
-            os.makedirs(workdir, exist_ok=True)
+        self.workdir = str(workdir)
+        self.path = storage.join(workdir, "metrics.jsonl")
+        self.remote = storage.is_url(workdir)
+        self.flush_secs, self.tb_chunk_bytes = float(flush_secs), int(tb_chunk_bytes)
+        self.tb = self.file = None
+        self._lines: list[str] = []
+        self._dirty, self._last_flush = False, time.time()
+        if not self.active:
+            return
+        storage.makedirs(workdir)
+        if storage.exists(self.path):
+            text = storage.read_text(self.path)
+            records = _records(text)
+            kept = records if resume_step is None else [r for r in records if r.get("step", 0) <= resume_step]
+            self._lines = [json.dumps(r) for r in kept]
+            if len(kept) != len(records) or (text and not text.endswith("\n")):
+                storage.write_text(self.path, "".join(line + "\n" for line in self._lines))
+        if not self.remote:
             self.file = open(self.path, "a")  # noqa: SIM115 -- kept open for the run, closed in close()
-            if tensorboard:
-                from tensorboardX import SummaryWriter
+            self._lines = []  # On disk already; appended from here.
+        if tensorboard:
+            from tensorboardX import SummaryWriter
 
-                self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+            self._tb_dir = storage.join(workdir, "tensorboard")
+            self._staging = tempfile.mkdtemp(prefix="tb-") if self.remote else None
+            self.tb = SummaryWriter(self._staging or self._tb_dir)
 
     def write(self, step: int, scalars: dict) -> None:
         if not self.active:
             return
         values = {k: float(np.asarray(v)) for k, v in scalars.items()}
-        self.file.write(json.dumps({"step": int(step), **values}) + "\n")
-        self.file.flush()
+        line = json.dumps({"step": int(step), **values})
         if self.tb is not None:
             for k, v in values.items():
                 self.tb.add_scalar(k, v, int(step))
+        if self.file is not None:
+            try:
+                self.file.write(line + "\n")
+                self.file.flush()
+            except OSError as e:
+                raise storage.StorageError(f"cannot write {self.path}: {e}") from e
+            if self.tb is not None:
+                self.tb.flush()
+        else:
+            self._lines.append(line)
+            self._dirty = True
+            if time.time() - self._last_flush >= self.flush_secs:
+                self.flush()
+
+    def flush(self) -> None:
+        """Makes every record written so far durable (object stores: one upload of each changed file)."""
+        if not self.active:
+            return
+        if self.file is not None:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            return
+        if self.tb is not None:
             self.tb.flush()
+            self._upload_tensorboard()
+        if self._dirty:
+            storage.write_text(self.path, "".join(line + "\n" for line in self._lines))
+            self._dirty = False
+        self._last_flush = time.time()
+
+    def _upload_tensorboard(self, final: bool = False) -> None:
+        for name in sorted(os.listdir(self._staging)):
+            local = os.path.join(self._staging, name)
+            with open(local, "rb") as f:
+                storage.write_bytes(storage.join(self._tb_dir, name), f.read())
+            if not final and os.path.getsize(local) > self.tb_chunk_bytes:  # Roll over: later uploads stay small.
+                from tensorboardX import SummaryWriter
+
+                self.tb.close()
+                with open(local, "rb") as f:
+                    storage.write_bytes(storage.join(self._tb_dir, name), f.read())
+                os.remove(local)
+                self.tb = SummaryWriter(self._staging)
 
     def close(self) -> None:
-        if self.active:
-            self.file.close()
-            if self.tb is not None:
-                self.tb.close()
+        """Flushes everything (uploads on an object store) and closes the files."""
+        if not self.active:
+            return
+        try:
+            if self.remote:
+                if self.tb is not None:
+                    self.tb.close()
+                    self._upload_tensorboard(final=True)
+                    shutil.rmtree(self._staging, ignore_errors=True)
+                    self.tb = None
+                self.flush()
+            else:
+                if self.tb is not None:
+                    self.tb.close()
+                if self.file is not None:
+                    self.file.close()
+        finally:
+            self.file = self.tb = None
+            self.active = False
 
 
 def read_metrics(workdir: str) -> list[dict]:
-    """All records of `workdir/metrics.jsonl`, in file order."""
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """All records of `workdir/metrics.jsonl` (local or `gs://`), in file order."""
+    return _records(storage.read_text(storage.join(workdir, "metrics.jsonl")))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import signal
 import threading
 import time
@@ -28,9 +27,10 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from vit_jax_struct import storage
 from vit_jax_struct.data import permute, pipeline, preprocess, sources
 from vit_jax_struct.models import get_model
-from vit_jax_struct.train import checkpoint, optim, sharding
+from vit_jax_struct.train import checkpoint, lock, optim, sharding, validate
 from vit_jax_struct.train import metrics as metrics_lib
 
 
@@ -80,6 +80,7 @@ def build(config, devices=None):
     Raises:
       ValueError / FileNotFoundError: with the offending config value and what is allowed.
     """
+    validate.validate(config)
     mesh = sharding.create_mesh(config.mesh, devices)
     per_host = sharding.check_batch_size(config.batch_size, mesh)
     check_accum_steps(config.get("accum_steps", 1), config.batch_size, mesh)
@@ -97,6 +98,8 @@ def build(config, devices=None):
     eval_source = sources.evenly_spaced(
         sources.get_source(data, data.eval_split, getattr(full_train, "class_names", None)),
         data.get("eval_examples", 0))
+    if data.get("decode_errors", "raise") == "skip":
+        train_source, eval_source = sources.SkipUnreadable(train_source), sources.SkipUnreadable(eval_source)
     num_classes = train_source.num_classes
     if data.get("num_classes") and data.num_classes != num_classes:
         raise ValueError(f"config.data.num_classes {data.num_classes} differs from the {num_classes} classes "
@@ -269,39 +272,71 @@ def evaluate(eval_step, variables, parts, mesh) -> dict:
 
 def _write_config(config, workdir: str, step: int) -> None:
     """Writes the resolved config to `workdir/config.json`; a different earlier one is kept as config.step<N>.json."""
-    path = os.path.join(workdir, "config.json")
+    path = storage.join(workdir, "config.json")
     text = config.to_json_best_effort(indent=2, sort_keys=True)
-    if os.path.exists(path):
-        with open(path) as f:
-            old = f.read()
+    if storage.exists(path):
+        old = storage.read_text(path)
         if old == text:
             return
         logging.warning("config differs from %s; keeping the old one as config.step%d.json", path, step)
-        os.replace(path, os.path.join(workdir, f"config.step{step}.json"))
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+        storage.write_text(storage.join(workdir, f"config.step{step}.json"), old)
+    storage.write_text(path, text)
+
+
+class Preempted(Exception):  # noqa: N818 -- an outcome, not an error
+    """The run stopped on SIGTERM (pre-emption) after checkpointing `step`; rerunning the command resumes it.
+
+    `main.py` exits with `EXIT_CODE` (143 = 128 + SIGTERM, the shell's convention), so schedulers (Kubernetes,
+    JobSet, SLURM, a shell loop) do not mark a pre-empted run complete.
+    """
+
+    EXIT_CODE = 143
+
+    def __init__(self, step: int, total: int, directory: str):
+        super().__init__(f"pre-empted: saved checkpoint at step {step} of {total} in {directory}; rerun the same "
+                         "command to resume")
+        self.step, self.total = step, total
+
+
+def _final_metrics(workdir: str, step: int, last: dict) -> dict:
+    """`final_metrics.json` content: the last logged `train/*` values (from this process or `metrics.jsonl`)
+    and the final eval."""
+    out = {"step": step}
+    if not any(k.startswith("train/") for k in last) and storage.exists(storage.join(workdir, "metrics.jsonl")):
+        for r in metrics_lib.read_metrics(workdir):
+            if "train/loss" in r and r["step"] <= step:
+                out.update({k: v for k, v in r.items() if k.startswith("train/")})
+    out.update({k: float(v) for k, v in last.items()})
+    return out
 
 
 def train_and_evaluate(config, workdir: str, devices=None):
-    """Trains `config` in `workdir`, resuming from its latest checkpoint if there is one.
+    """Trains `config` in `workdir` (a local folder or a `gs://` URL), resuming from its newest good checkpoint.
 
     Args:
       config: an `ml_collections.ConfigDict` as returned by a `configs/*.py` `get_config`.
-      workdir: run folder: `config.json`, `checkpoints/<step>/`, `metrics.jsonl`, `tensorboard/`.
+      workdir: run folder: `config.json`, `checkpoints/<step>/`, `metrics.jsonl`, `tensorboard/`,
+        `final_metrics.json`, `lock` (held while a run trains; see `train/lock.py`).
       devices: devices for the mesh (default: all).
 
     Returns:
       `(state, last_metrics)`: the final train state (`{"step", "params", "opt_state"}`) and the last logged
-      values (`"eval/accuracy"` … ).
+      values (`"eval/accuracy"` … ). A run that is already complete returns its state and `final_metrics.json`
+      without writing anything.
 
     Raises:
-      ValueError / FileNotFoundError: bad config or data, or a checkpoint that does not match the model.
+      validate.ConfigError / ValueError / FileNotFoundError: bad config or data, or a checkpoint that does not
+        match the model — all before anything is written.
+      storage.StorageError: the workdir's bucket is missing or unreachable (at start-up), or a write failed.
+      lock.WorkdirBusyError: another run is training in this workdir.
+      checkpoint.CheckpointError: a checkpoint save failed (the run stops at the next step), or checkpoints exist
+        but none restores.
       FloatingPointError: the loss became NaN/inf; names the step range and the last good checkpoint.
+      Preempted: SIGTERM; raised after the checkpoint of the current step is complete.
     """
     jax.config.update("jax_threefry_partitionable", True)  # Same parameters from the same seed on any mesh.
     parts = build(config, devices)
+    storage.check_workdir(workdir)
     mesh, abstract_state = parts["mesh"], parts["abstract_state"]
     state_sh = jax.tree.map(lambda s: s.sharding, abstract_state)
     train_it = pipeline.train_iterator(
@@ -309,12 +344,48 @@ def train_and_evaluate(config, workdir: str, devices=None):
         process_index=jax.process_index(), process_count=jax.process_count(),
         num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256))
 
-    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), config.get("keep_checkpoints", 3))
-    latest = ckpt.latest_step()
+    workdir_lock = _acquire_lock(workdir)
+    try:
+        return _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, workdir_lock)
+    finally:
+        if workdir_lock is not None:
+            workdir_lock.release()
+
+
+def _acquire_lock(workdir: str):
+    """Process 0 takes the workdir's lock; every process fails together if it is busy (multi-host)."""
+    held, error = None, None
+    if jax.process_index() == 0:
+        try:
+            held = lock.WorkdirLock(workdir).acquire()
+        except (lock.WorkdirBusyError, storage.StorageError) as e:
+            error = e
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        ok = multihost_utils.broadcast_one_to_all(np.int32(error is None))
+        if not ok and error is None:
+            error = lock.WorkdirBusyError(f"workdir {workdir} is in use by another run (see process 0's log)")
+    if error is not None:
+        raise error
+    return held
+
+
+def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, workdir_lock):
+    save_checkpoints = config.get("save_checkpoints", True)
+    ckpt = checkpoint.Checkpointer(storage.join(workdir, "checkpoints"), config.get("keep_checkpoints", 3),
+                                   timeout_s=config.get("checkpoint_timeout_s", 1200))
+    latest, state = ckpt.restore_latest(abstract_state, train_it)  # Raises on a model mismatch, writing nothing.
+    total = parts["total_steps"]
+    final_path = storage.join(workdir, "final_metrics.json")
     if latest is not None:
-        state = ckpt.restore(latest, abstract_state, train_it)  # Raises on a model mismatch, writing nothing.
-        logging.info("resuming from checkpoint %s (step %d of %d)", os.path.join(ckpt.directory, str(latest)),
-                     latest, parts["total_steps"])
+        logging.info("resuming from checkpoint %s (step %d of %d)", ckpt.step_dir(latest), latest, total)
+        if latest >= total and storage.exists(final_path):
+            ckpt.close()
+            final = json.loads(storage.read_text(final_path))
+            logging.info("training already complete at step %d (%s): %s", latest, final_path,
+                         ", ".join(f"{k} {v:.4g}" for k, v in final.items() if k.startswith("eval/")))
+            return state, {k: v for k, v in final.items() if k != "step"}
     else:
         state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))
         if config.get("init_from"):
@@ -325,7 +396,6 @@ def train_and_evaluate(config, workdir: str, devices=None):
             logging.info("warm start: parameters from %s (step %d); optimizer state fresh", config.init_from,
                          src_step)
     if jax.process_index() == 0:
-        os.makedirs(workdir, exist_ok=True)
         _write_config(config, workdir, latest or 0)
         if parts["permutation"] is not None:
             pm = parts["permutation"]
@@ -340,16 +410,17 @@ def train_and_evaluate(config, workdir: str, devices=None):
     train_step = make_train_step(config, parts["model"], parts["tx"], parts["schedule"], parts["num_classes"],
                                  mesh, state_sh)
     eval_step = make_eval_step(config, parts["model"], parts["num_classes"], mesh, model_variables(state_sh))
-    writer = metrics_lib.MetricWriter(workdir, config.get("tensorboard", True))
+    writer = metrics_lib.MetricWriter(workdir, config.get("tensorboard", True), resume_step=latest or 0,
+                                      flush_secs=config.get("metrics_flush_secs", 30.0))
     preemption = _Preemption()
-    total = parts["total_steps"]
     log_every = config.get("log_every_steps", 50)
     eval_every = config.get("eval_every_steps", 0)
-    ckpt_every = config.get("checkpoint_every_steps", 0)
+    ckpt_every = config.get("checkpoint_every_steps", 0) if save_checkpoints else 0
     examples_per_epoch = len(parts["train_source"])
     step = int(jax.device_get(state["step"]))
     last = {}
     nonfinite = jnp.zeros((), jnp.int32)
+    skipped = 0  # examples replaced because they could not be decoded (data.decode_errors='skip')
     checked_step = step  # Steps up to here are known to have finite losses.
     t_log, step_log = time.time(), step
 
@@ -362,14 +433,24 @@ def train_and_evaluate(config, workdir: str, devices=None):
                 "optim.warmup_steps, then rerun to resume from it.")
         checked_step = upto
 
+    def save(step):
+        check_finite(step)  # Never write a checkpoint of NaN parameters.
+        writer.flush()  # Every record up to the checkpoint is durable before it is.
+        ckpt.save(step, state, train_it)
+
     try:
         if step >= total:
             logging.info("training already complete at step %d; evaluating the final parameters", step)
         while step < total:
-            batch = sharding.global_batch(next(train_it), mesh)
+            host_batch = next(train_it)
+            skipped += int(host_batch.pop("skipped", np.zeros(0)).sum())
+            batch = sharding.global_batch(host_batch, mesh)
             state, m = train_step(state, batch)
             nonfinite = nonfinite + m["nonfinite"]
             step += 1
+            ckpt.check()  # A failed background save stops the run now, not one interval later.
+            if workdir_lock is not None:
+                workdir_lock.check()
             if step % log_every == 0 or step == total:
                 check_finite(step)
                 m = jax.device_get(m)
@@ -378,6 +459,9 @@ def train_and_evaluate(config, workdir: str, devices=None):
                 eta = (total - step) * config.batch_size / max(ips, 1e-9)
                 last = {"train/loss": m["loss"], "train/lr": m["lr"], "train/grad_norm": m["grad_norm"],
                         "train/epoch": step * config.batch_size / examples_per_epoch, "train/images_per_sec": ips}
+                if config.data.get("decode_errors", "raise") == "skip":
+                    last["data/skipped"] = skipped
+                    skipped = 0
                 writer.write(step, last)
                 logging.info("step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.1f img/s, ETA %s", step, total,
                              m["loss"], m["lr"], m["grad_norm"], ips, _format_eta(eta))
@@ -390,24 +474,35 @@ def train_and_evaluate(config, workdir: str, devices=None):
                              ev["eval/loss"])
                 t_log = time.time()  # Do not count evaluation time in images/s.
             preempted = preemption.reached(step)
-            if (ckpt_every and step % ckpt_every == 0) or step == total or preempted:
-                check_finite(step)  # Never write a checkpoint of NaN parameters.
-                ckpt.save(step, state, train_it)
+            if (save_checkpoints and step == total) or (ckpt_every and step % ckpt_every == 0) or \
+                    (preempted and save_checkpoints):
+                save(step)
             if preempted:
                 ckpt.wait()
+                writer.flush()
                 logging.warning("pre-empted: saved checkpoint at step %d of %d; rerun the same command to resume",
                                 step, total)
-                break
+                raise Preempted(step, total, ckpt.directory)
         if step >= total and "eval/accuracy" not in last:
             ev = evaluate(eval_step, model_variables(state), parts, mesh)
             writer.write(step, ev)
             last.update(ev)
             logging.info("final eval accuracy %.4f at step %d", ev["eval/accuracy"], step)
-    finally:
+        ckpt.wait()  # The final checkpoint is complete before the run says it is.
+        if jax.process_index() == 0 and step >= total:
+            writer.flush()
+            storage.write_text(final_path, json.dumps(_final_metrics(workdir, step, last), indent=2))
+    except BaseException:
         preemption.close()
+        for close in (ckpt.close, writer.close):  # Keep the first error; report the others.
+            try:
+                close()
+            except Exception as e:
+                logging.error("while stopping after an error: %s: %s", type(e).__name__, e)
+        raise
+    preemption.close()
+    try:
         ckpt.close()
+    finally:
         writer.close()
-    if jax.process_index() == 0 and step >= total:
-        with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
-            json.dump({"step": step, **{k: float(v) for k, v in last.items()}}, f, indent=2)
     return state, last
