@@ -1,7 +1,9 @@
 """Entry point: `python main.py --config=configs/<name>.py[:arg] [--workdir=DIR] [--config.key=value …]`.
 
 `python main.py --mode=analyze --workdir=RUN [--compare=OTHER_RUN]` analyses a trained run (see
-`vit_jax_struct/analysis/run.py`).
+`vit_jax_struct/analysis/run.py`); `python main.py --mode=analyze --config=configs/vit_l16.py
+--config.init_from=ViT-L_16.npz --workdir=OUT [--compare_config=configs/bit.py:r50x1 --compare_init_from=R50x1.npz]`
+analyses published checkpoint files without any training run (docs/published_models.md).
 
 Without `--workdir` a run lives in `runs/<config name>[_<arg>]`, so rerunning the same command resumes it.
 `--config.multihost=True` (set by `launch/tpu_vm.sh`) calls `vit_jax_struct.train.distributed.initialize` first: one
@@ -23,8 +25,16 @@ _MODE = flags.DEFINE_enum("mode", "train", ["train", "analyze"],
                           "train: train (and resume) the config in the workdir; analyze: restore the workdir's latest "
                           "checkpoint and write RUN/analysis/ (plots, analysis.json, report.md).")
 _COMPARE = flags.DEFINE_string("compare", None, "analyze: a second run for cross-model CKA (e.g. a ResNet).")
+_COMPARE_CONFIG = config_flags.DEFINE_config_file(
+    "compare_config", None, "analyze: config of a second model loaded from a checkpoint file (its init_from, or "
+    "--compare_init_from) for cross-model CKA, e.g. configs/bit.py:r50x1; it sees the first model's images.",
+    lock_config=True)
+_COMPARE_INIT = flags.DEFINE_string("compare_init_from", None, "analyze: checkpoint file of the --compare_config "
+                                    "model (a published ViT or BiT .npz, local or URL); sets its init_from.")
 _EXAMPLES = flags.DEFINE_integer("analysis_examples", 1024, "analyze: eval examples to use.")
 _BATCH = flags.DEFINE_integer("analysis_batch", 256, "analyze: minibatch size for CKA (examples).")
+_PROBE = flags.DEFINE_integer("analysis_probe_examples", 2000, "analyze: train-split examples for the linear "
+                              "probes (10-shot on 1,000 classes needs ≥ 12,500: 10 per class plus the held-out 20 %).")
 
 
 def default_workdir(config_arg: str) -> str:
@@ -70,7 +80,14 @@ def main(argv):
         if not _WORKDIR.value:
             raise app.UsageError("--mode=analyze needs --workdir=RUN")
         explicit = config if flags.FLAGS["config"].present else None  # else the run's own config.json
-        analysis_run.run_from_flags(workdir, _COMPARE.value, explicit, _EXAMPLES.value, _BATCH.value)
+        compare_config = _COMPARE_CONFIG.value
+        if _COMPARE_INIT.value:
+            if compare_config is None:
+                raise app.UsageError("--compare_init_from needs --compare_config (the model to load it into)")
+            with compare_config.unlocked():
+                compare_config.init_from = _COMPARE_INIT.value
+        analysis_run.run_from_flags(workdir, _COMPARE.value, explicit, _EXAMPLES.value, _BATCH.value,
+                                    compare_config, _PROBE.value)
 
 
 def _config_arg_suffix() -> str:
