@@ -1,6 +1,9 @@
 """`python main.py --mode=analyze --workdir=RUN [--compare=OTHER_RUN]`: restore a run, measure, plot, report.
 
-Restores the latest checkpoint of `RUN` (its `config.json` is the config unless `--config` is given), feeds
+Or, without any training run, `--config=… --config.init_from=FILE.npz [--compare_config=… --compare_init_from=…]`:
+the model the config builds, loaded from a published ViT or BiT checkpoint file (`load_checkpoint_file`;
+docs/published_models.md). Either way the analysis restores the latest checkpoint of `RUN` (its `config.json` is the
+config unless `--config` is given) or loads the file, feeds
 `--analysis_examples` examples of the eval split (the run's own preprocessing, patch permutation included) through
 the model, and writes into `RUN/analysis/`:
 
@@ -12,7 +15,7 @@ the model, and writes into `RUN/analysis/`:
   π⁻¹ for a run on permuted patches, with the locality score;
 - `localization.png`: CKA of output tokens with input patches (Raghu et al. §6);
 - `probes.png`: per-layer ridge probes (k-shot and full) on the CLS token and the mean of patch tokens (and, in
-  the JSON, one probe per token position of the last block);
+  the JSON, one probe per token position of the last block: all positions up to 17, else CLS + 16 spread evenly);
 - `skip_norms.png`: ‖z‖/‖f(z)‖ per block for the MHSA and MLP branches, CLS vs patch tokens (Raghu et al. §5);
 - `report.md`: one page linking the plots, with the numbers.
 """
