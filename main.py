@@ -2,7 +2,9 @@
 
 `python main.py --mode=analyze --workdir=RUN [--compare=OTHER_RUN]` analyses a trained run (see
 `vit_jax_struct/analysis/run.py`); `--mode=verify` decodes every example of the config's train and eval splits and
-lists the unreadable ones (see `vit_jax_struct/data/verify.py`).
+lists the unreadable ones (see `vit_jax_struct/data/verify.py`). `python main.py --mode=analyze --config=configs/vit_l16.py
+--config.init_from=ViT-L_16.npz --workdir=OUT [--compare_config=configs/bit.py:r50x1 --compare_init_from=R50x1.npz]`
+analyses published checkpoint files without any training run (docs/published_models.md).
 
 Without `--workdir` a run lives in `runs/<config name>[_<arg>]`, so rerunning the same command resumes it. A
 workdir may be a `gs://bucket/…` URL (every file of the run then lives in the bucket).
@@ -32,6 +34,12 @@ _MODE = flags.DEFINE_enum("mode", "train", ["train", "analyze", "verify"],
                           "checkpoint and write RUN/analysis/ (plots, analysis.json, report.md); verify: decode every "
                           "example of the config's train and eval splits and list the bad ones.")
 _COMPARE = flags.DEFINE_string("compare", None, "analyze: a second run for cross-model CKA (e.g. a ResNet).")
+_COMPARE_CONFIG = config_flags.DEFINE_config_file(
+    "compare_config", None, "analyze: config of a second model loaded from a checkpoint file (its init_from, or "
+    "--compare_init_from) for cross-model CKA, e.g. configs/bit.py:r50x1; it sees the first model's images.",
+    lock_config=True)
+_COMPARE_INIT = flags.DEFINE_string("compare_init_from", None, "analyze: checkpoint file of the --compare_config "
+                                    "model (a published ViT or BiT .npz, local or URL); sets its init_from.")
 _EXAMPLES = flags.DEFINE_integer("analysis_examples", 1024, "analyze: eval examples to use.")
 _BATCH = flags.DEFINE_integer("analysis_batch", 256, "analyze: minibatch size for CKA (examples).")
 _WORKERS = flags.DEFINE_integer("verify_workers", 0, "verify: decoding threads (0: one per CPU core).")
@@ -39,6 +47,8 @@ _TRACEBACK = flags.DEFINE_bool("traceback", False, "On a usage, config or run er
                                "not one line.")
 
 USAGE_EXIT, PREEMPTED_EXIT = 2, 143
+_PROBE = flags.DEFINE_integer("analysis_probe_examples", 2000, "analyze: train-split examples for the linear "
+                              "probes (10-shot on 1,000 classes needs ≥ 12,500: 10 per class plus the held-out 20 %).")
 
 
 def default_workdir(config_arg: str) -> str:
@@ -134,7 +144,14 @@ def _run():
         if not _WORKDIR.value:
             raise app.UsageError("--mode=analyze needs --workdir=RUN")
         explicit = config if flags.FLAGS["config"].present else None  # else the run's own config.json
-        analysis_run.run_from_flags(workdir, _COMPARE.value, explicit, _EXAMPLES.value, _BATCH.value)
+        compare_config = _COMPARE_CONFIG.value
+        if _COMPARE_INIT.value:
+            if compare_config is None:
+                raise app.UsageError("--compare_init_from needs --compare_config (the model to load it into)")
+            with compare_config.unlocked():
+                compare_config.init_from = _COMPARE_INIT.value
+        analysis_run.run_from_flags(workdir, _COMPARE.value, explicit, _EXAMPLES.value, _BATCH.value,
+                                    compare_config, _PROBE.value)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ RUNS = {
     "configs/vit_b16.py": ("runlocal", None, {"model.depth": 2}),
     "configs/vit_l16.py": ("runlocal", None, {"total_steps": 1, "model.depth": 2}),
     "configs/vit_h14.py": ("runlocal", None, {"total_steps": 1, "model.depth": 2}),
+    # BiT ResNet-v2 at one unit per stage and 64 px (the published R50x1 / R152x2 sizes: test_published_reference).
+    "configs/bit.py": ("r50x1,runlocal", 64, {"total_steps": 1, "model.units": (1, 1, 1, 1), "model.width": 32,
+                                              "data.image_size": 64}),
     # Fine-tuning from a random .npz in the published layout (written by the test, 224 px -> the recipe's 384 px).
     "configs/vit_b16_finetune.py": ("runlocal", None, {"total_steps": 1, "model.depth": 2}),
 }

@@ -103,3 +103,28 @@ def test_skip_norm_ratios_from_sown_intermediates():
     np.testing.assert_allclose(z + f, out["block01"], rtol=1e-6, atol=1e-6)  # z'' = z' + MLP(LN(z'))
     ref = (np.linalg.norm(z[:, 0], axis=-1) / np.linalg.norm(f[:, 0], axis=-1)).mean()
     assert r["block01/mlp/cls"] == pytest.approx(ref, rel=1e-6)
+
+
+def test_in_jit_measures_equal_the_numpy_ones():
+    """`analysis/run.py` computes attention distance, skip-norm ratios and CKA Gram matrices inside jit (float32);
+    they equal the float64 numpy definitions to float32 rounding."""
+    import jax
+    import jax.numpy as jnp
+
+    from vit_jax_struct.analysis import attention, cka, norms, run
+
+    rng = np.random.default_rng(0)
+    w = rng.uniform(size=(3, 2, 5, 5))
+    w /= w.sum(-1, keepdims=True)
+    want = attention.mean_attention_distance(w, (2, 2), 4.0, True)
+    got = jax.jit(lambda a: attention.mean_attention_distance(a, (2, 2), 4.0, True, xp=jnp))(w.astype(np.float32))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+    inter = {"Transformer": {f"encoderblock_{i}": {f"{b}_{k}": (rng.standard_normal((3, 5, 8)),)
+                                                    for b in ("mhsa", "mlp") for k in ("residual", "branch")}
+                             for i in range(2)}}
+    want = norms.norm_ratios(inter, True)
+    got = jax.jit(lambda t: norms.norm_ratios(t, True, xp=jnp))(jax.tree.map(lambda x: x.astype(np.float32), inter))
+    assert set(got) == set(want) and all(abs(float(got[k]) - want[k]) < 1e-5 * abs(want[k]) for k in want)
+    x = rng.standard_normal((6, 5, 8))
+    np.testing.assert_allclose(np.asarray(jax.jit(run._gram)(x.astype(np.float32))), cka.gram(x), rtol=1e-5,
+                               atol=1e-4)

@@ -3,11 +3,13 @@
 import json
 import os
 
+import jax
 import ml_collections
 import numpy as np
 
-from tests.conftest import tiny_config
-from vit_jax_struct.analysis import run
+from tests.conftest import tiny_config, write_image_folder
+from vit_jax_struct.analysis import posemb, run
+from vit_jax_struct.models import bit, get_model, official
 from vit_jax_struct.train import trainer
 
 
@@ -44,3 +46,47 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
         text = f.read()
     assert "![CKA between layers](cka.png)" in text and "Locality" in text
     assert res["step"] == 3
+
+
+def test_analyze_published_vit_file_against_bit_file_without_training(tmp_path):
+    """`--mode=analyze --config… --config.init_from=ViT.npz --compare_config… --compare_init_from=BiT.npz`: a random
+    ViT in the original vit_jax layout (ImageNet-21k-like: pre_logits + 21-class head) against a random BiT-layout
+    ResNet-v2, both written here; no training run, no checkpoint in the workdir."""
+    root = write_image_folder(tmp_path / "data", classes=("a", "b", "c"), per_class=8, size=32)
+    vit_cfg = tiny_config(**{"data.source": "folder", "data.root": root, "data.image_size": 32,
+                             "data.num_classes": 0, "pp.eval_crop_fraction": 1.0})
+    vit_cfg.model.update(variant="mu/8", width=32, depth=2, num_heads=2, mlp_dim=64)
+    published = get_model({**vit_cfg.model, "representation_size": 8}, 21)
+    shapes = jax.eval_shape(lambda: published.init(jax.random.key(0), np.zeros((1, 32, 32, 3))))["params"]
+    rng = np.random.default_rng(0)
+    vit_params = jax.tree.map(lambda s: 0.3 * rng.standard_normal(s.shape).astype(np.float32), shapes)
+    vit_cfg.init_from = official.save_npz(str(tmp_path / "ViT-mu_8.npz"), vit_params)
+
+    bit_model = dict(name="resnetv2", units=(1, 1, 1, 1), width=8, num_groups=4, ws_eps=1e-10, dtype="float32")
+    flat = bit.to_bit_layout(bit.random_params(get_model(bit_model, 21843 // 1000), 32))
+    assert "resnet/block1/unit01/a/proj/standardized_conv2d/kernel" in flat
+    bit_path = str(tmp_path / "BiT-tiny.npz")
+    np.savez(bit_path, **flat)
+    bit_cfg = tiny_config(init_from=bit_path)
+    bit_cfg.model = ml_collections.ConfigDict(bit_model)
+
+    workdir = str(tmp_path / "analysis_run")
+    run.run_from_flags(workdir, None, vit_cfg, 24, 12, compare_config=bit_cfg, probe_train_examples=24)
+    out = os.path.join(workdir, "analysis")
+    for f in ("cka.png", "cka_vs_BiT-tiny.png", "attention_distance.png", "posemb_similarity.png", "localization.png",
+              "probes.png", "skip_norms.png", "report.md", "analysis.json"):
+        assert os.path.getsize(os.path.join(out, f)) > 0, f
+    assert not os.path.exists(os.path.join(workdir, "checkpoints"))
+    with open(os.path.join(out, "analysis.json")) as f:
+        saved = json.load(f)
+    assert saved["checkpoint"] == vit_cfg.init_from and saved["step"] == 0 and saved["examples"] == 24
+    assert saved["cka"]["layers"] == ["stem", "block00", "block01"]
+    across = np.asarray(saved["cka_across"]["matrix"])
+    assert saved["cka_across"]["other_layers"] == ["stem", "block00", "block01", "block02", "block03"]
+    assert across.shape == (3, 5) and np.isfinite(across).all() and np.abs(across).max() <= 1.0
+    np.testing.assert_allclose(np.diag(np.asarray(saved["cka"]["matrix"])), 1.0, atol=1e-9)
+    # The loaded encoder is the file's: the posemb locality equals that of the file's own posemb.
+    want = posemb.locality_score(posemb.posemb_patches(vit_params, True), (4, 4))
+    np.testing.assert_allclose(saved["posemb"]["locality_spearman"], want, rtol=1e-6)
+    assert len(saved["attention_distance_pixels"]["block01"]) == 2
+    assert {"block01/cls", "block01/token00", "block01/token16"} <= set(saved["probes"])

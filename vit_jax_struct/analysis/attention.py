@@ -23,8 +23,9 @@ def grid_distances(grid: tuple[int, int], patch_size: float = 1.0) -> np.ndarray
     return np.sqrt(((pos[:, None] - pos[None]) ** 2).sum(-1)) * patch_size
 
 
-def mean_attention_distance(weights, grid: tuple[int, int], patch_size: float, has_cls: bool) -> np.ndarray:
-    """Per-head mean attention distance in pixels, `[heads]` float64.
+def mean_attention_distance(weights, grid: tuple[int, int], patch_size: float, has_cls: bool, xp=np):
+    """Per-head mean attention distance in pixels, `[heads]` (float64 with `xp=numpy`; float32 with
+    `xp=jax.numpy`, usable inside `jax.jit` so the `[B, heads, N, N]` weights never leave the device).
 
     Args:
       weights: attention weights `[B, heads, N, N]` (N = h*w, plus 1 if `has_cls`; CLS first).
@@ -35,15 +36,15 @@ def mean_attention_distance(weights, grid: tuple[int, int], patch_size: float, h
     Raises:
       ValueError: N does not match the grid.
     """
-    a = np.asarray(weights, np.float64)
+    a = xp.asarray(weights, np.float64 if xp is np else np.float32)
     n = grid[0] * grid[1]
     if a.shape[-1] != n + int(has_cls):
         raise ValueError(f"attention over {a.shape[-1]} tokens does not fit a {grid} grid "
                          f"{'plus CLS' if has_cls else 'without CLS'}")
     if has_cls:
         a = a[..., 1:, 1:]
-    a = a / np.clip(a.sum(-1, keepdims=True), 1e-12, None)
-    d = grid_distances(grid, patch_size)
+    a = a / xp.clip(a.sum(-1, keepdims=True), 1e-12, None)
+    d = xp.asarray(grid_distances(grid, patch_size), a.dtype)
     per_query = (a * d).sum(-1)  # [B, heads, N]
     return per_query.mean(axis=(0, 2))
 
@@ -58,6 +59,12 @@ class AttentionDistance:
     def __init__(self, grid, patch_size, has_cls):
         self.grid, self.patch_size, self.has_cls = grid, patch_size, has_cls
         self.sums, self.count = {}, 0
+
+    def update_sums(self, sums: dict, count: int):
+        """Adds per-block sums over `count` images of the per-image head distances (`{"block00": [heads]}`)."""
+        for name, v in sums.items():
+            self.sums[name] = self.sums.get(name, 0.0) + np.asarray(v, np.float64)
+        self.count += count
 
     def update(self, out: dict):
         b = None

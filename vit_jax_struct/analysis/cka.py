@@ -64,10 +64,16 @@ class MinibatchCKA:
 
     def update(self, feats_a, feats_b=None):
         ga = np.stack([gram(f) for f in feats_a])
-        gb = ga if feats_b is None else np.stack([gram(f) for f in feats_b])
+        self.update_grams(ga, None if feats_b is None else np.stack([gram(f) for f in feats_b]))
+
+    def update_grams(self, grams_a, grams_b=None):
+        """Adds one minibatch given its Gram matrices `[La, n, n]` (and `[Lb, n, n]`; None: the same model), e.g.
+        computed on the accelerator next to the forward pass so no layer's features leave it (`analysis/run.py`)."""
+        ga = np.asarray(grams_a, np.float64)
+        gb = ga if grams_b is None else np.asarray(grams_b, np.float64)
         xy = hsic1_cross(ga, gb)
-        xx = np.diag(hsic1_cross(ga, ga)) if feats_b is not None else np.diag(xy)
-        yy = np.diag(hsic1_cross(gb, gb)) if feats_b is not None else np.diag(xy)
+        xx = np.diag(hsic1_cross(ga, ga)) if grams_b is not None else np.diag(xy)
+        yy = np.diag(hsic1_cross(gb, gb)) if grams_b is not None else np.diag(xy)
         if self.xy is None:
             self.xy, self.xx, self.yy = xy, xx, yy
         else:

@@ -36,6 +36,10 @@ class Localization:
         self.cka.update([tokens[:, t] for t in range(tokens.shape[1])],
                         [patches[:, g] for g in range(patches.shape[1])])
 
+    def update_grams(self, token_grams, patch_grams):
+        """Adds one batch from Gram matrices `[N, B, B]` of each token position and each patch location."""
+        self.cka.update_grams(token_grams, patch_grams)
+
     def result(self) -> tuple[np.ndarray, float]:
         """`([N, N] CKA of token t with patch g, fraction of tokens whose best patch is their own)`."""
         m = self.cka.result()

@@ -11,24 +11,27 @@ from __future__ import annotations
 import numpy as np
 
 
-def norm_ratios(intermediates: dict, has_cls: bool) -> dict:
+def norm_ratios(intermediates: dict, has_cls: bool, xp=np) -> dict:
     """`{"block00/mhsa/cls": r, "block00/mhsa/patches": r, "block00/mlp/…": …}` from one batch's intermediates.
 
     Args:
       intermediates: the `intermediates` collection of a ViT apply, `{"Transformer": {"encoderblock_0": {…}}}`.
       has_cls: whether token 0 is the CLS token (else there is no `cls` entry).
+      xp: `numpy` (float64, Python floats out) or `jax.numpy` (float32 scalars, usable inside `jax.jit`, so the
+        `[B, N, D]` streams never leave the device: `analysis/run.py`).
     """
     out = {}
+    dtype = np.float64 if xp is np else np.float32
     blocks = intermediates["Transformer"]
     for name in sorted(blocks, key=lambda n: int(n.rsplit("_", 1)[1])):
         i = int(name.rsplit("_", 1)[1])
         for branch in ("mhsa", "mlp"):
-            z = np.asarray(blocks[name][f"{branch}_residual"][0], np.float64)
-            f = np.asarray(blocks[name][f"{branch}_branch"][0], np.float64)
-            r = np.linalg.norm(z, axis=-1) / np.clip(np.linalg.norm(f, axis=-1), 1e-12, None)  # [B, N]
+            z = xp.asarray(blocks[name][f"{branch}_residual"][0], dtype)
+            f = xp.asarray(blocks[name][f"{branch}_branch"][0], dtype)
+            r = xp.linalg.norm(z, axis=-1) / xp.clip(xp.linalg.norm(f, axis=-1), 1e-12, None)  # [B, N]
             if has_cls:
-                out[f"block{i:02d}/{branch}/cls"] = float(r[:, 0].mean())
-                out[f"block{i:02d}/{branch}/patches"] = float(r[:, 1:].mean())
+                out[f"block{i:02d}/{branch}/cls"] = r[:, 0].mean()
+                out[f"block{i:02d}/{branch}/patches"] = r[:, 1:].mean()
             else:
-                out[f"block{i:02d}/{branch}/patches"] = float(r.mean())
-    return out
+                out[f"block{i:02d}/{branch}/patches"] = r.mean()
+    return {k: float(v) for k, v in out.items()} if xp is np else out

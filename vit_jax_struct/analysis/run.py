@@ -1,6 +1,9 @@
 """`python main.py --mode=analyze --workdir=RUN [--compare=OTHER_RUN]`: restore a run, measure, plot, report.
 
-Restores the latest checkpoint of `RUN` (its `config.json` is the config unless `--config` is given), feeds
+Or, without any training run, `--config=… --config.init_from=FILE.npz [--compare_config=… --compare_init_from=…]`:
+the model the config builds, loaded from a published ViT or BiT checkpoint file (`load_checkpoint_file`;
+docs/published_models.md). Either way the analysis restores the latest checkpoint of `RUN` (its `config.json` is the
+config unless `--config` is given) or loads the file, feeds
 `--analysis_examples` examples of the eval split (the run's own preprocessing, patch permutation included) through
 the model, and writes into `RUN/analysis/`:
 
@@ -12,7 +15,7 @@ the model, and writes into `RUN/analysis/`:
   π⁻¹ for a run on permuted patches, with the locality score;
 - `localization.png`: CKA of output tokens with input patches (Raghu et al. §6);
 - `probes.png`: per-layer ridge probes (k-shot and full) on the CLS token and the mean of patch tokens (and, in
-  the JSON, one probe per token position of the last block);
+  the JSON, one probe per token position of the last block: all positions up to 17, else CLS + 16 spread evenly);
 - `skip_norms.png`: ‖z‖/‖f(z)‖ per block for the MHSA and MLP branches, CLS vs patch tokens (Raghu et al. §5);
 - `report.md`: one page linking the plots, with the numbers.
 """
@@ -21,16 +24,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
 
 from vit_jax_struct.analysis import attention, cka, localization, norms, plots, posemb, probes
 from vit_jax_struct.data import permute, pipeline, sources
-from vit_jax_struct.models import vit
+from vit_jax_struct.models import official, vit
 from vit_jax_struct.train import checkpoint, trainer
+
+MAX_TOKEN_PROBES = 17  # CLS + 16 patch positions of the last block get their own probe (all of them if fewer)
 
 
 def load_run(workdir: str, config=None):
@@ -67,13 +74,138 @@ def load_run(workdir: str, config=None):
     return config, parts, trainer.model_variables(state), step
 
 
+def _analysis_config(config):
+    """A copy of `config` for inference on one device: batch sizes 1 (analysis batches its own data), the whole
+    eval split to draw from, and an unscanned encoder without remat (the analyses read blocks by name)."""
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1))
+    config.batch_size = config.eval_batch_size = 1
+    config.accum_steps = 1
+    config.data.eval_examples = 0
+    if config.model.get("scan"):
+        config.model.scan = False
+    if "remat_policy" in config.model:
+        config.model.remat_policy = "none"
+    return config
+
+
+def load_checkpoint_file(config):
+    """`(config, parts, variables, 0)` for `config.init_from`: a published `.npz` (ViT layouts of
+    `models/official.py`, BiT of `models/bit.py`; local path or URL, read through `etils.epath`) or another run's
+    checkpoint folder, loaded into the model `config.model` builds — no training run, no workdir checkpoint.
+
+    Parameters matching `config.init_reinit` (default: the head, whose size the published files fix at 21,843 or
+    1,000 classes) keep a fresh init; only those are initialised (the rest of the init is dead code under jit).
+
+    Raises:
+      FileNotFoundError: the file cannot be read.
+      ValueError: the file does not match the model (every unused, missing and mis-shaped key listed).
+    """
+    config = _analysis_config(config)
+    parts = trainer.build(config)
+    model, abstract = parts["model"], parts["abstract_state"]["params"]
+    path = str(config.init_from)
+    npz = path.endswith(".npz")
+    options = checkpoint.official_options(config, model) if npz else None
+    init = None
+    if npz and options.get("reinit"):
+        rx = re.compile(options["reinit"])
+        dummy = jnp.zeros((1, config.data.image_size, config.data.image_size, 3), jnp.float32)
+        keep = lambda tree: {k: v for k, v in official.flatten(tree).items() if rx.search(k)}
+        fresh = jax.jit(lambda key: keep(model.init(key, dummy)["params"]))(jax.random.key(config.seed))
+        init = official.unflatten({k: fresh.get(k, v) for k, v in official.flatten(abstract).items()})
+    params, step = checkpoint.load_params(path, abstract, init, options)
+    logging.info("analysis: loaded %s into %s (%s)", path, config.model.get("name", "vit"),
+                 config.model.get("variant", config.model.get("depth", "")))
+    return config, parts, {"params": params}, step
+
+
 def _layers(out: dict) -> list[str]:
     return ["stem", *sorted(k for k in out if k.startswith("block") and "/" not in k)]
 
 
-def _features(x):
-    """Per-example representation: `[B, N, D]` tokens or `[B, h, w, C]` maps, float32 numpy."""
-    return np.asarray(x, np.float32)
+def _gram(x):
+    """`[B, ...]` -> linear-kernel Gram `[B, B]` float32 (full-precision matmul), inside jit."""
+    x = x.reshape(x.shape[0], -1).astype(jnp.float32)
+    return jnp.matmul(x, x.T, precision=jax.lax.Precision.HIGHEST)
+
+
+def _pooled(x, has_cls: bool) -> dict:
+    """One vector per example for the probes: GAP of CNN maps, the CLS token and the mean of patch tokens."""
+    x = x.astype(jnp.float32)
+    if x.ndim == 4:  # CNN maps [B, h, w, C]: global average pool
+        return {"gap": x.mean(axis=(1, 2))}
+    if x.ndim == 2:
+        return {"gap": x}
+    out = {"patch_mean": (x[:, 1:] if has_cls else x).mean(1)}
+    if has_cls:
+        out["cls"] = x[:, 0]
+    return out
+
+
+def token_positions(n_tokens: int, limit: int = MAX_TOKEN_PROBES) -> list[int]:
+    """Token positions of the last block that get their own probe: all of them up to `limit`, else position 0 (CLS
+    or the first patch) and `limit − 1` positions spread evenly over the rest (bounded memory at 197+ tokens)."""
+    if n_tokens <= limit:
+        return list(range(n_tokens))
+    return [0, *np.linspace(1, n_tokens - 1, limit - 1).round().astype(int).tolist()]
+
+
+def make_summaries(model, *, is_vit: bool, has_cls: bool, grid=None, patch=None, grams_only: bool = False,
+                   probes_only: bool = False):
+    """Jitted `(variables, images [B, H, W, 3]) -> dict` of per-batch summaries, so that no layer's `[B, N, D]`
+    features (nor the `[B, heads, N, N]` attention) ever leave the device:
+
+    - `layers`: names (static, from the model's `out`); `grams` `[L, B, B]` float32 (CKA);
+    - `pooled`: `{(layer, kind): [B, D]}` probe features; `tokens` `[B, T, D]` at `token_positions`;
+    - ViT only: `distance` `{block: [heads]}` summed over the batch (pixels); `norm_ratios` `{key: scalar}`;
+      `loc_token_grams` / `loc_patch_grams` `[N, B, B]` (localization CKA).
+
+    `probes_only=True` returns `pooled` and `tokens` only (the probes' train split); `grams_only=True` returns
+    `grams` only (the second model of a cross-model CKA). `names` (second value of a call) holds `layers` and
+    `token_positions`.
+    """
+    names = {}
+
+    def fn(variables, images):
+        (_, out), inter = model.apply(variables, images, return_attention=is_vit and not (probes_only or grams_only),
+                                      mutable=["intermediates"])
+        layers = _layers(out)
+        names["layers"] = layers
+        if grams_only:
+            return {"grams": jnp.stack([_gram(out[k]) for k in layers])}
+        res = {"pooled": {}}
+        for k in layers:
+            for kind, f in _pooled(out[k], has_cls and k != "stem").items():  # stem: no CLS
+                res["pooled"][f"{k}/{kind}"] = f
+        last = out[layers[-1]]
+        if last.ndim == 3:  # per-token probes on the last block
+            pos = token_positions(last.shape[1])
+            names["token_positions"] = pos
+            res["tokens"] = last[:, jnp.asarray(pos)].astype(jnp.float32)
+        if probes_only:
+            return res
+        res["grams"] = jnp.stack([_gram(out[k]) for k in layers])
+        if is_vit:
+            res["distance"] = {k.split("/", 1)[1]: attention.mean_attention_distance(
+                w, grid, patch, has_cls, xp=jnp) * w.shape[0] for k, w in out.items() if k.startswith("attention/")}
+            res["norm_ratios"] = norms.norm_ratios(inter["intermediates"], has_cls, xp=jnp)
+            tokens = (last[:, 1:] if has_cls else last).astype(jnp.float32)  # [B, N, D] patch tokens
+            b, h, w_, c = images.shape
+            pch = images.reshape(b, h // patch, patch, w_ // patch, patch, c).transpose(0, 1, 3, 2, 4, 5)
+            pch = pch.reshape(b, (h // patch) * (w_ // patch), patch * patch * c).astype(jnp.float32)
+            hi = jax.lax.Precision.HIGHEST
+            res["loc_token_grams"] = jnp.einsum("bnd,cnd->nbc", tokens, tokens, precision=hi)
+            res["loc_patch_grams"] = jnp.einsum("bnd,cnd->nbc", pch, pch, precision=hi)
+        return res
+
+    jitted = jax.jit(fn)
+
+    def call(variables, images):
+        res = jitted(variables, images)
+        return res, names
+
+    return call
 
 
 def _batches(parts, n: int, batch: int, split_source=None):
@@ -83,61 +215,99 @@ def _batches(parts, n: int, batch: int, split_source=None):
         yield b["image"][keep], b["label"][keep]
 
 
+def _same_images(parts) -> bool:
+    tr, ev = parts["train_source"], parts["eval_source"]
+    return getattr(tr, "paths", None) is not None and getattr(tr, "paths", None) == getattr(ev, "paths", None)
+
+
 def analyze(workdir: str, compare: str | None = None, config=None, num_examples: int = 1024,
-            batch: int = 256, probe_train_examples: int = 2000, seed: int = 0) -> dict:
-    """Runs every analysis that applies to the model of `workdir`; returns the numbers also written to JSON."""
-    config, parts, variables, step = load_run(workdir, config)
+            batch: int = 256, probe_train_examples: int = 2000, seed: int = 0, compare_config=None) -> dict:
+    """Runs every analysis that applies to the model; returns the numbers also written to `workdir/analysis/`.
+
+    The model is the latest checkpoint of the run `workdir`, or — when `config.init_from` is set and `workdir`
+    holds no checkpoint — the checkpoint file `config.init_from` (a published ViT or BiT `.npz`, see
+    `load_checkpoint_file`): no training run needed. The second model of the cross-model CKA is the run `compare`
+    or, with `compare_config` (its `init_from` set), a checkpoint file; it sees the same preprocessed images.
+
+    Images stream through in batches of `batch`; per batch only Gram matrices `[L, B, B]`, per-head distances,
+    norm ratios and one pooled vector per layer and example leave the device (`make_summaries`), so memory does not
+    grow with the number of layers × tokens × examples (probe features: `examples × layers × kinds × D` floats).
+
+    Raises:
+      FileNotFoundError: no run checkpoint and no `config.init_from`, or unreadable files.
+      ValueError: a checkpoint that does not match its model; no batch of ≥ 4 examples.
+    """
+    from_file = config is not None and config.get("init_from") and not _has_checkpoint(workdir)
+    if from_file:
+        config, parts, variables, step = load_checkpoint_file(config)
+    else:
+        config, parts, variables, step = load_run(workdir, config)
     model = parts["model"]
     is_vit = config.model.get("name", "vit") == "vit"
     out_dir = os.path.join(workdir, "analysis")
     os.makedirs(out_dir, exist_ok=True)
-    apply = jax.jit(lambda v, x: model.apply(v, x, return_attention=is_vit, mutable=["intermediates"]))
-    other = None
-    if compare:
-        _o_config, o_parts, o_vars, _ = load_run(compare)
-        o_apply = jax.jit(o_parts["model"].apply)
-        other = (os.path.basename(os.path.normpath(compare)), o_vars, o_apply)
-
-    results = {"workdir": workdir, "step": step, "model": dict(config.model), "examples": 0}
     grid = patch = None
     if is_vit:
         patch = model.arch()["patch_size"]
         grid = (config.data.image_size // patch,) * 2
     has_cls = is_vit and config.model.get("classifier", "token") == "token"
+    summarize = make_summaries(model, is_vit=is_vit, has_cls=has_cls, grid=grid, patch=patch)
+    other = None
+    if compare_config is not None:
+        c2 = ml_collections.ConfigDict(compare_config.to_dict())
+        c2.data, c2.pp = config.data, config.pp  # the same images and classes as the first model
+        _c2, o_parts, o_vars, _ = load_checkpoint_file(c2)
+        name = os.path.splitext(os.path.basename(str(c2.init_from).rstrip("/")))[0]
+        o_vit = c2.model.get("name", "vit") == "vit"
+        if not c2.get("init_from"):
+            raise ValueError("the compare model needs a checkpoint file: --compare_init_from=PATH (or "
+                             "--compare_config.init_from=PATH)")
+        other = (name, o_vars, make_summaries(o_parts["model"], is_vit=o_vit, has_cls=False, grams_only=True),
+                 str(c2.init_from))
+    elif compare:
+        _o_config, o_parts, o_vars, _ = load_run(compare)
+        other = (os.path.basename(os.path.normpath(compare)), o_vars,
+                 make_summaries(o_parts["model"], is_vit=False, has_cls=False, grams_only=True), compare)
+
+    results = {"workdir": workdir, "step": step, "model": dict(config.model), "examples": 0}
+    if from_file:
+        results["checkpoint"] = str(config.init_from)
     within, across = cka.MinibatchCKA(), cka.MinibatchCKA()
     dist = attention.AttentionDistance(grid, patch, has_cls) if is_vit else None
     loc = localization.Localization(patch) if is_vit else None
     ratio_sums, n_batches = {}, 0
     layer_names = other_names = None
-    for images, _ in _batches(parts, num_examples, batch):
-        if len(images) < 4:
+    probe_test, labels_test = {}, []
+    for images, labels in _batches(parts, num_examples, batch):
+        res, names = summarize(variables, images)
+        _collect(probe_test, res)
+        labels_test.append(labels)
+        if len(images) < 4:  # HSIC₁ needs ≥ 4 examples; the probes still use them
             continue
-        (_, out), inter = apply(variables, images)
-        layer_names = layer_names or _layers(out)
-        feats = [_features(out[k]) for k in layer_names]
-        within.update(feats)
+        layer_names = names["layers"]
+        grams = np.asarray(res["grams"], np.float64)
         if other is not None:
-            _, o_out = other[2](other[1], images)
-            other_names = other_names or _layers(o_out)
-            across.update(feats, [_features(o_out[k]) for k in other_names])
+            o_res, o_names = other[2](other[1], images)
+            other_names = o_names["layers"]
+            across.update_grams(grams, np.asarray(o_res["grams"], np.float64))
+        within.update_grams(grams)
         if is_vit:
-            dist.update(out)
-            last = np.asarray(out[layer_names[-1]])
-            loc.update(last[:, 1:] if has_cls else last, images)
-            for k, v in norms.norm_ratios(inter["intermediates"], has_cls).items():
-                ratio_sums[k] = ratio_sums.get(k, 0.0) + v
+            dist.update_sums(res["distance"], len(images))
+            loc.update_grams(res["loc_token_grams"], res["loc_patch_grams"])
+            for k, v in res["norm_ratios"].items():
+                ratio_sums[k] = ratio_sums.get(k, 0.0) + float(v)
         n_batches += 1
         results["examples"] += len(images)
     if not n_batches:
         raise ValueError(f"no analysis batch of ≥ 4 examples (num_examples={num_examples}, batch={batch})")
 
+    title = os.path.basename(os.path.normpath(workdir))
     results["cka"] = {"layers": layer_names, "matrix": within.result().tolist()}
-    plots.heatmap(within.result(), layer_names, layer_names, f"CKA within {os.path.basename(workdir)}",
-                  os.path.join(out_dir, "cka.png"))
+    plots.heatmap(within.result(), layer_names, layer_names, f"CKA within {title}", os.path.join(out_dir, "cka.png"))
     if other is not None:
-        results["cka_across"] = {"other": compare, "layers": layer_names, "other_layers": other_names,
+        results["cka_across"] = {"other": other[3], "layers": layer_names, "other_layers": other_names,
                                  "matrix": across.result().tolist()}
-        plots.heatmap(across.result(), layer_names, other_names, f"CKA: {os.path.basename(workdir)} vs {other[0]}",
+        plots.heatmap(across.result(), layer_names, other_names, f"CKA: {title} vs {other[0]}",
                       os.path.join(out_dir, f"cka_vs_{other[0]}.png"))
     if is_vit:
         d = dist.result()
@@ -161,8 +331,17 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
             plots.posemb_similarity(posemb.cosine_similarity(pe), grid, os.path.join(out_dir, "posemb_similarity.png"),
                                     f"posemb cosine similarity{' (π⁻¹ re-indexed)' if perm is not None else ''}; "
                                     f"locality {results['posemb']['locality_spearman']:.2f}")
-    results["probes"] = _probe_layers(parts, apply, variables, layer_names, has_cls, is_vit, num_examples,
-                                      probe_train_examples, batch, seed)
+    if _same_images(parts):
+        logging.warning("analysis: the train and eval splits are the same images (%s): the probes are fit and "
+                        "tested on overlapping examples", config.data.get("root"))
+    probe_fn = make_summaries(model, is_vit=is_vit, has_cls=has_cls, probes_only=True)
+    probe_train, labels_train = {}, []
+    train_src = sources.evenly_spaced(parts["train_source"], probe_train_examples)
+    for images, labels in _batches(parts, probe_train_examples, batch, train_src):
+        _collect(probe_train, probe_fn(variables, images)[0])
+        labels_train.append(labels)
+    results["probes"] = _probes(probe_train, np.concatenate(labels_train), probe_test, np.concatenate(labels_test),
+                                parts["num_classes"], names.get("token_positions"), layer_names, seed)
     plots.probes(results["probes"], os.path.join(out_dir, "probes.png"))
     with open(os.path.join(out_dir, "analysis.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -170,49 +349,41 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     return results
 
 
-def _pooled(x, is_vit: bool, has_cls: bool) -> dict:
-    x = np.asarray(x, np.float32)
-    if x.ndim == 4:  # CNN maps [B, h, w, C]: global average pool
-        return {"gap": x.mean(axis=(1, 2))}
-    if x.ndim == 2:
-        return {"gap": x}
-    out = {"patch_mean": (x[:, 1:] if has_cls else x).mean(1)}
-    if has_cls:
-        out["cls"] = x[:, 0]
-    return out
+def _has_checkpoint(workdir: str) -> bool:
+    d = os.path.join(workdir, "checkpoints")
+    return os.path.isdir(d) and any(x.isdigit() for x in os.listdir(d))
 
 
-def _probe_layers(parts, apply, variables, layer_names, has_cls, is_vit, num_examples, n_train, batch, seed):
-    train_src = sources.evenly_spaced(parts["train_source"], n_train)
-    feats = {}
-    for split, src, n in (("train", train_src, n_train), ("test", parts["eval_source"], num_examples)):
-        labels = []
-        for images, y in _batches(parts, n, batch, src):
-            (_, out), _ = apply(variables, images)
-            for layer in layer_names:
-                for kind, f in _pooled(out[layer], is_vit, has_cls and layer != "stem").items():  # stem: no CLS
-                    feats.setdefault((layer, kind, split), []).append(f)
-            last = np.asarray(out[layer_names[-1]], np.float32)
-            if last.ndim == 3:  # per-token probes on the last block: one probe per token position
-                for t in range(last.shape[1]):
-                    feats.setdefault((layer_names[-1], f"token{t:02d}", split), []).append(last[:, t])
-            labels.append(y)
-        feats[("labels", split)] = np.concatenate(labels)
+def _collect(acc: dict, res: dict):
+    """Appends a batch's probe features (host float32) to `acc`."""
+    for k, v in res["pooled"].items():
+        acc.setdefault(k, []).append(np.asarray(v, np.float32))
+    if "tokens" in res:
+        acc.setdefault("tokens", []).append(np.asarray(res["tokens"], np.float32))
+
+
+def _probes(train: dict, y_train, test: dict, y_test, num_classes, positions, layer_names, seed) -> dict:
     result = {}
-    k = parts["num_classes"]
-    for layer in layer_names:
-        for kind in sorted({kk for (lay, kk, s) in [key for key in feats if len(key) == 3] if lay == layer}):
-            tr = np.concatenate(feats[(layer, kind, "train")])
-            te = np.concatenate(feats[(layer, kind, "test")])
-            result[f"{layer}/{kind}"] = probes.probe(tr, feats[("labels", "train")], te, feats[("labels", "test")], k,
-                                                     shots=(1, 5, 10, 25, 0), seed=seed)
+    order = {name: i for i, name in enumerate(layer_names)}
+    for key in sorted((k for k in train if k != "tokens"), key=lambda k: (order[k.split("/")[0]], k)):
+        result[key] = probes.probe(np.concatenate(train[key]), y_train, np.concatenate(test[key]), y_test,
+                                   num_classes, shots=(1, 5, 10, 25, 0), seed=seed)
+    if "tokens" in train:  # one probe per token position of the last block
+        tr, te = np.concatenate(train["tokens"]), np.concatenate(test["tokens"])
+        for j, t in enumerate(positions):
+            result[f"{layer_names[-1]}/token{t:02d}"] = probes.probe(tr[:, j], y_train, te[:, j], y_test, num_classes,
+                                                                     shots=(1, 5, 10, 25, 0), seed=seed)
     return result
 
 
-def run_from_flags(workdir: str, compare: str | None, config, num_examples: int, batch: int):
-    """Entry for `main.py --mode=analyze` (one process)."""
+def run_from_flags(workdir: str, compare: str | None, config, num_examples: int, batch: int,
+                   compare_config=None, probe_train_examples: int = 2000):
+    """Entry for `main.py --mode=analyze` (one process); see `analyze`."""
     if jax.process_count() > 1:
         raise ValueError("--mode=analyze runs on one process; run it on one host")
-    res = analyze(workdir, compare, config, num_examples, batch)
+    if compare and compare_config is not None:
+        raise ValueError("give either --compare=RUN or --compare_config (with --compare_init_from), not both")
+    res = analyze(workdir, compare, config, num_examples, batch, probe_train_examples,
+                  compare_config=compare_config)
     logging.info("analysis written to %s", os.path.join(workdir, "analysis"))
     return res

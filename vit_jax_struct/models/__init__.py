@@ -6,9 +6,10 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from vit_jax_struct.models import cnn, vit
+from vit_jax_struct.models import bit, cnn, vit
 
-MODELS = {"vit": vit.VisionTransformer, "resnet": cnn.ResNet, "vgg": cnn.VGG}
+# resnetv2: BiT's ResNet-v2 (GroupNorm + weight standardisation; models/bit.py, loads the published BiT .npz files).
+MODELS = {"vit": vit.VisionTransformer, "resnet": cnn.ResNet, "vgg": cnn.VGG, "resnetv2": bit.ResNetV2}
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -32,8 +33,9 @@ def get_model(model_config, num_classes: int):
     unknown = sorted(set(cfg) - allowed)
     if unknown:
         raise ValueError(f"model key(s) {unknown} are not fields of {cls.__name__}; allowed: {sorted(allowed)}")
-    if "layers" in cfg:  # VGG layer list from a config (lists/tuples of ints and "M")
-        cfg["layers"] = tuple(cfg["layers"])
+    for key in ("layers", "units"):  # VGG layer list / ResNetV2 units per stage from a config (lists or tuples)
+        if cfg.get(key) is not None:
+            cfg[key] = tuple(cfg[key])
     if isinstance(cfg.get("dtype"), str):
         if cfg["dtype"] not in DTYPES:
             raise ValueError(f"model.dtype {cfg['dtype']!r} is not one of {', '.join(DTYPES)}")

@@ -32,7 +32,6 @@ The result is in the unscanned layout (`Transformer/encoderblock_{i}`); for a mo
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import re
@@ -87,23 +86,21 @@ def read_npz(path) -> dict[str, np.ndarray]:
     Raises:
       FileNotFoundError: no such file, or the URL cannot be read (with how to copy it locally).
     """
+    from etils import epath
+
     path = str(path)
     if "://" not in path:
         path = os.path.expanduser(path)
-        if not os.path.isfile(path):
+        if not epath.Path(path).is_file():
             raise FileNotFoundError(f"checkpoint {path!r}: no such .npz file")
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
     try:
-        from etils import epath
-
-        data = epath.Path(path).read_bytes()
+        # A seekable file handle: np.load reads the arrays one by one, never the whole file as one bytes object.
+        with epath.Path(path).open("rb") as f, np.load(f, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
     except Exception as e:  # Missing file-system backend, permissions, network: all mean "copy it first".
         raise FileNotFoundError(
             f"checkpoint {path!r} could not be read ({type(e).__name__}: {e}); copy it to a local file first, "
             f"e.g. `gsutil cp {path} /tmp/`, and pass that path (gs:// needs the gcsfs package)") from e
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
 
 
 def save_npz(path, params: Mapping) -> str:
@@ -265,6 +262,54 @@ def _listing(keys, shapes=None, limit: int = 20) -> str:
     return "[" + ", ".join(items) + (f", … ({len(keys) - limit} more)" if len(keys) > limit else "") + "]"
 
 
+def match_params(flat: Mapping[str, Any], target: Mapping[str, Any], reinit: str | None,
+                 what: str = "ViT") -> dict[str, Any]:
+    """Matches renamed checkpoint entries to the model's flat parameters, or lists every difference at once.
+
+    Args:
+      flat: `{'/'-joined path: array}` of the checkpoint, already in the model's names.
+      target: the model's flat parameters (arrays or `jax.ShapeDtypeStruct`s).
+      reinit: regex (`re.search`) of paths kept at their `target` value (and dropped from `flat`); None/"": none.
+      what: the model family, for the message.
+
+    Returns:
+      `{path: value}` with exactly the keys of `target`: numpy arrays in `target`'s dtypes for loaded entries, the
+      `target` leaves themselves for re-initialised ones.
+
+    Raises:
+      ValueError: naming every checkpoint entry the model lacks, every model parameter the checkpoint lacks and
+        every shape mismatch (both shapes), in one message; or re-initialised entries that hold only shapes.
+    """
+    try:
+        rx = re.compile(reinit) if reinit else None
+    except re.error as e:
+        raise ValueError(f"re-init regex {reinit!r} is invalid: {e}") from e
+    dropped = (lambda k: bool(rx.search(k))) if rx else (lambda k: False)
+    unused = [k for k in flat if k not in target and not dropped(k)]
+    missing = [k for k in target if k not in flat and not dropped(k)]
+    mismatched = [k for k in target if k in flat and not dropped(k)
+                  and tuple(np.shape(flat[k])) != tuple(target[k].shape)]
+    if unused or missing or mismatched:
+        shapes = [f"{k}: checkpoint {tuple(np.shape(flat[k]))} vs model {tuple(target[k].shape)}"
+                  for k in sorted(mismatched)]
+        raise ValueError(
+            f"checkpoint does not match the {what} model: "
+            f"{len(unused)} checkpoint entries not in the model {_listing(unused, flat)}; "
+            f"{len(missing)} model parameters not in the checkpoint {_listing(missing, target)}; "
+            f"{len(mismatched)} shape mismatches [{', '.join(shapes[:20])}"
+            f"{f', … ({len(shapes) - 20} more)' if len(shapes) > 20 else ''}]. "
+            f"Entries matching the re-init regex {reinit!r} are exempt (they keep the model's init).")
+    no_value = [k for k in target if dropped(k) and isinstance(target[k], jax.ShapeDtypeStruct)]
+    if no_value:
+        raise ValueError(f"parameters {_listing(no_value)} are re-initialised (regex {reinit!r}) but init_params "
+                         "holds only shapes; pass initialised parameters")
+    out = {k: (target[k] if dropped(k) else np.asarray(flat[k], dtype=target[k].dtype)) for k in target}
+    logging.info("init: loaded %d parameters, re-initialised %s, dropped checkpoint entries %s",
+                 sum(not dropped(k) for k in target), sorted(k for k in target if dropped(k)),
+                 sorted(k for k in flat if k not in target))
+    return out
+
+
 def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source_grid=None,
          reinit: str | None = DEFAULT_REINIT, posemb_resize: str = "zoom", convert_classifier: bool = False) -> dict:
     """Loads a published ViT checkpoint into exactly the tree of `init_params`.
@@ -344,25 +389,4 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
                 pe = np.concatenate([np.zeros((1, 1, pe.shape[-1]), np.float32), pe], axis=1)
             flat[POSEMB] = pe
 
-    unused = [k for k in flat if k not in target and not dropped(k)]
-    missing = [k for k in target if k not in flat and not dropped(k)]
-    mismatched = [k for k in target if k in flat and not dropped(k)
-                  and tuple(np.shape(flat[k])) != tuple(target[k].shape)]
-    if unused or missing or mismatched:
-        shapes = [f"{k}: checkpoint {tuple(np.shape(flat[k]))} vs model {tuple(target[k].shape)}"
-                  for k in sorted(mismatched)]
-        raise ValueError(
-            "checkpoint does not match the model: "
-            f"{len(unused)} checkpoint entries not in the model {_listing(unused, flat)}; "
-            f"{len(missing)} model parameters not in the checkpoint {_listing(missing, target)}; "
-            f"{len(mismatched)} shape mismatches [{', '.join(shapes[:20])}]. "
-            f"Entries matching the re-init regex {reinit!r} are exempt (they keep the model's init).")
-    no_value = [k for k in target if dropped(k) and isinstance(target[k], jax.ShapeDtypeStruct)]
-    if no_value:
-        raise ValueError(f"parameters {_listing(no_value)} are re-initialised (regex {reinit!r}) but init_params "
-                         "holds only shapes; pass initialised parameters")
-    out = {k: (target[k] if dropped(k) else np.asarray(flat[k], dtype=target[k].dtype)) for k in target}
-    logging.info("init: loaded %d parameters, re-initialised %s, dropped checkpoint entries %s",
-                 sum(not dropped(k) for k in target), sorted(k for k in target if dropped(k)),
-                 sorted(k for k in flat if k not in target))
-    return unflatten(out)
+    return unflatten(match_params(flat, target, reinit))

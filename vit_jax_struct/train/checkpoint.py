@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from vit_jax_struct import storage
-from vit_jax_struct.models import official, vit
+from vit_jax_struct.models import bit, official, vit
 from vit_jax_struct.train.sharding import path_str
 
 
@@ -264,14 +264,18 @@ class Checkpointer:
 
 
 def official_options(config, model) -> dict:
-    """Keyword arguments of `official.load` from `config.init_*` and the model (classifier, patch grid).
+    """Keyword arguments of `official.load` (ViT) or `bit.load` (ResNetV2) from `config.init_*` and the model
+    (classifier, patch grid); a ResNetV2 gets `{"layout": "bit", "reinit": …}`.
 
     Raises:
-      ValueError: the model is not a ViT, or `config.init_posemb_grid` is not `"h,w"`.
+      ValueError: the model is neither a ViT nor a ResNetV2, or `config.init_posemb_grid` is not `"h,w"`.
     """
-    if config.model.get("name", "vit") != "vit":
-        raise ValueError(f"config.init_from {config.init_from!r}: an .npz loads into a ViT only, not model.name "
-                         f"{config.model.name!r}")
+    name = config.model.get("name", "vit")
+    if name == "resnetv2":
+        return dict(layout="bit", reinit=config.get("init_reinit", bit.DEFAULT_REINIT))
+    if name != "vit":
+        raise ValueError(f"config.init_from {config.init_from!r}: an .npz loads into a ViT (published ViT layouts) "
+                         f"or a ResNetV2 (published BiT layout) only, not model.name {config.model.name!r}")
     p = model.arch()["patch_size"]
     src = config.get("init_posemb_grid", "")
     try:
@@ -302,11 +306,12 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
     Args:
       path: a workdir (its latest checkpoint), a `checkpoints/` folder (latest), or one `checkpoints/<step>` folder;
         or a published ViT `.npz` (local or URL), read by `models.official.load` (renamed, posemb resampled,
-        parameters matching `npz_options["reinit"]` taken from `init_params`).
+        parameters matching `npz_options["reinit"]` taken from `init_params`), or a published BiT `.npz` into a
+        ResNetV2 (`npz_options["layout"] == "bit"`, read by `models.bit.load`).
       abstract_params: `ShapeDtypeStruct`s with shardings of the model's parameters.
       init_params: the freshly initialised parameters (`.npz` only: the values of re-initialised entries).
-      npz_options: keyword arguments of `official.load`, at least `classifier` (`.npz` only; see
-        `official_options`).
+      npz_options: keyword arguments of `official.load`, at least `classifier`, or `{"layout": "bit", "reinit": …}`
+        (`.npz` only; see `official_options`).
 
     Returns:
       `(params, step)`: step of the source checkpoint (0 for an `.npz`).
@@ -324,7 +329,10 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
         if scanned:  # The published files are unscanned: load in that layout, then stack the blocks.
             reference = jax.eval_shape(vit.unstack_blocks, reference) if init_params is None else \
                 vit.unstack_blocks(reference)
-        params = official.load(path, reference, **npz_options)
+        if npz_options.get("layout") == "bit":
+            params = bit.load(path, reference, reinit=npz_options.get("reinit", bit.DEFAULT_REINIT))
+        else:
+            params = official.load(path, reference, **npz_options)
         if scanned:
             params = jax.tree.map(np.asarray, vit.stack_blocks(params))
         return _place(params, abstract_params), 0
