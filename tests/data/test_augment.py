@@ -141,5 +141,5 @@ def test_training_with_randaugment_and_mixup_resumes_bitwise(tmp_path):
     full, _ = trainer.train_and_evaluate(tiny_config(**over), str(tmp_path / "full"))
     trainer.train_and_evaluate(tiny_config(**{**over, "total_steps": 2}), str(tmp_path / "resumed"))
     resumed, _ = trainer.train_and_evaluate(tiny_config(**over), str(tmp_path / "resumed"))
-    for a, b in zip(jax.tree.leaves(full["params"]), jax.tree.leaves(resumed["params"])):
+    for a, b in zip(jax.tree.leaves(full["params"]), jax.tree.leaves(resumed["params"]), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

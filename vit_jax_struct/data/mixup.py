@@ -78,7 +78,7 @@ def mix_batch(key, images, labels, num_classes: int, alpha: float = 0.0, cutmix_
         return images, targets
     k_apply, k_switch, k_mix, k_cut, k_box = jax.random.split(key, 5)
     partner_x, partner_y = jnp.roll(images, 1, axis=0), jnp.roll(targets, 1, axis=0)
-    b, h, w = images.shape[:3]
+    h, w = images.shape[1:3]
     lam_mix = jax.random.beta(k_mix, alpha, alpha) if alpha > 0 else jnp.float32(1.0)
     mixed = lam_mix.astype(images.dtype) * images + (1 - lam_mix).astype(images.dtype) * partner_x
     if cutmix_alpha > 0:

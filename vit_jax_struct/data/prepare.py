@@ -111,15 +111,13 @@ def convert(name: str, data_dir: str | None = None, out_dir: str | None = None, 
     out.mkdir(parents=True, exist_ok=True)
     jobs = []
     for split in builder.info.splits.values():
-        for in_path, n in zip(split.filepaths, split.shard_lengths):
+        for in_path, n in zip(split.filepaths, split.shard_lengths, strict=True):
             out_path = out / file_adapters.convert_path_to_file_format(in_path, array_record).name
             if overwrite or not out_path.exists():
                 jobs.append((in_path, out_path, n))
     logging.info("converting %d TFRecord shards of %s (%s) to array_record in %s", len(jobs), name, in_dir, out)
     with concurrent.futures.ThreadPoolExecutor(max(1, num_workers)) as pool:
-        done = 0
-        for _ in pool.map(lambda j: _convert_shard(*j, verify), jobs):
-            done += 1
+        for done, _ in enumerate(pool.map(lambda j: _convert_shard(*j, verify), jobs), 1):
             if done % 16 == 0 or done == len(jobs):
                 logging.info("%d / %d shards", done, len(jobs))
     if out == in_dir:  # in place: array_record becomes an alternative format (TFDS' convert_format convention)

@@ -151,9 +151,9 @@ class TfdsSource:
             self.source = data_source(name, split, data_dir)
         except Exception as e:  # tfds raises AssertionError/ValueError/FileNotFoundError depending on the case.
             raise ValueError(f"TFDS dataset {name!r} split {split!r} is not prepared as array_record in data_dir "
-                             f"{data_dir!r} ({type(e).__name__}: {e}); a TFRecord dataset (`tfds build {name}`) converts with "
-                             f"`python -m vit_jax_struct.data.prepare --tfds={name} --data_dir=DIR`, or prepare "
-                             f"it with `tfds build {name} --file_format=array_record`") from e
+                             f"{data_dir!r} ({type(e).__name__}: {e}); a TFRecord dataset (`tfds build {name}`) "
+                             f"converts with `python -m vit_jax_struct.data.prepare --tfds={name} --data_dir=DIR`, "
+                             f"or prepare it with `tfds build {name} --file_format=array_record`") from e
         self.image_key, self.label_key = image_key, label_key
         feature = self.source.dataset_info.features[label_key]
         self.num_classes = int(feature.num_classes)

@@ -69,8 +69,8 @@ def write_records(path, records: Iterable[bytes]) -> int:
     """
     n = 0
     with epath.Path(path).open("wb") as f:
-        for data in records:
-            data = bytes(data)
+        for record in records:
+            data = bytes(record)
             length = struct.pack("<Q", len(data))
             f.write(length + struct.pack("<I", masked_crc32c(length)) + data +
                     struct.pack("<I", masked_crc32c(data)))
