@@ -88,7 +88,17 @@ def base() -> ml_collections.ConfigDict:
     c.pp.pad = 4
     c.pp.flip = True
     c.pp.eval_crop_fraction = 0.875
-    c.pp.value_range = (-1.0, 1.0)
+    c.pp.value_range = (-1.0, 1.0)    # applied on the device: batches travel as uint8 (data/preprocess.py)
+    # RandAugment (Cubuk et al. 2020) after crop + flip, TF/big_vision op list and magnitude scale (data/augment.py).
+    c.pp.randaug_layers = 0           # ops per image; 0: off. AugReg: 2
+    c.pp.randaug_magnitude = 10       # 0..30 on TF's scale (10 = max level); AugReg: 0, 10, 15, 20
+
+    # Batch mixing in the jitted train step, keys from (seed, step) (data/mixup.py); labels become soft [B, K].
+    c.mixup = ml_collections.ConfigDict()
+    c.mixup.alpha = 0.0               # mixup (Zhang et al. 2018): λ ~ Beta(alpha, alpha); 0: off. AugReg: 0.2/0.5/0.8
+    c.mixup.cutmix_alpha = 0.0        # CutMix (Yun et al. 2019): box area 1 - λ, λ ~ Beta(cutmix_alpha, ·); 0: off
+    c.mixup.prob = 1.0                # probability that a batch is mixed
+    c.mixup.switch_prob = 0.5         # with both alphas > 0: probability of CutMix rather than mixup
 
     c.optim = ml_collections.ConfigDict()
     c.optim.name = "adamw"            # "adamw" | "sgd" (heavy-ball momentum: the ViT fine-tuning recipe)
@@ -125,6 +135,32 @@ def parse_arg(arg: str, **defaults) -> ml_collections.ConfigDict:
     return out
 
 
+# AugReg's augmentation levels (Steiner et al. 2022, "How to train your ViT?", §3.3 and Fig. 4; the values of
+# big_vision's configs/vit_i1k.py): name -> (mixup alpha, RandAugment layers, magnitude). "light1" is randaug(2, 0),
+# which is not nothing (AutoContrast, Equalize, Invert … still apply at magnitude 0).
+AUG_LEVELS = {
+    "none": (0.0, 0, 0),
+    "light1": (0.0, 2, 0),
+    "light2": (0.2, 2, 10),
+    "medium1": (0.2, 2, 15),
+    "medium2": (0.5, 2, 15),
+    "strong1": (0.5, 2, 20),
+    "strong2": (0.8, 2, 20),
+}
+
+
+def set_augmentation(c: ml_collections.ConfigDict, level: str) -> ml_collections.ConfigDict:
+    """Sets `c.mixup.alpha`, `c.pp.randaug_layers`, `c.pp.randaug_magnitude` to AugReg level `level` (in place).
+
+    Raises:
+      ValueError: a level not in `AUG_LEVELS`.
+    """
+    if level not in AUG_LEVELS:
+        raise ValueError(f"config argument aug={level!r} is not one of {list(AUG_LEVELS)}")
+    c.mixup.alpha, c.pp.randaug_layers, c.pp.randaug_magnitude = AUG_LEVELS[level]
+    return c
+
+
 # Train/eval splits and sizes of the pretraining datasets the vit_*.py recipes know (TFDS names).
 PRETRAIN_DATA = {
     # name: (tfds name, train split, eval split, train examples, classes, loss)
@@ -145,9 +181,12 @@ def pretrain(variant: str, arg=None) -> ml_collections.ConfigDict:
     Arguments (`file.py:arg`, comma-separated): `data=i1k|i21k` (TFDS, default i1k, i.e. the 1000-class head the
     parameter counts refer to), `folder=PATH` (an image folder root/{train,test}/<class>/ instead, e.g. a prepared
     JFT-style set), `runlocal` (2 steps of batch 2 on 224-px images, for this CPU, no checkpoint;
-    scikit-learn's two sample photos unless `folder=` is given).
+    scikit-learn's two sample photos unless `folder=` is given), `aug=LEVEL` (AugReg's
+    augmentation, Steiner et al. 2022 §3.3: `none` (default: inception crop + flip only), `light1`, `light2`,
+    `medium1`, `medium2` (mixup 0.5 + RandAugment(2, 15), AugReg's choice for S/16, B/16, L/16), `strong1`,
+    `strong2`; see `AUG_LEVELS`).
     """
-    a = parse_arg(arg, data="i1k", folder="", runlocal=False)
+    a = parse_arg(arg, data="i1k", folder="", runlocal=False, aug="none")
     if a.data not in PRETRAIN_DATA:
         raise ValueError(f"config argument data={a.data!r} is not one of {sorted(PRETRAIN_DATA)}")
     name, train_split, eval_split, n_train, classes, loss = PRETRAIN_DATA[a.data]
@@ -181,6 +220,7 @@ def pretrain(variant: str, arg=None) -> ml_collections.ConfigDict:
     c.optim.schedule = "linear"
     c.optim.weight_decay = 0.1
     c.optim.grad_clip_norm = 1.0
+    set_augmentation(c, a.aug)
     return folder_or_runlocal(c, a.folder, a.runlocal)
 
 

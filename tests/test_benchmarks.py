@@ -105,3 +105,14 @@ def test_tpu_aot_remat_and_fsdp_temporaries():
     # Measured with libtpu 0.0.42 (MiB): none 78.9, remat 21.0 (data parallel), remat + FSDP 17.3.
     assert temps["remat"] < 0.85 * temps["none"], temps
     assert temps["remat_fsdp"] <= 1.05 * temps["remat"], temps
+
+
+def test_input_pipeline_benchmark_runs_on_a_tiny_folder(tmp_path):
+    from benchmarks import input_pipeline
+    from tests.conftest import write_image_folder
+
+    root = write_image_folder(tmp_path, splits=("train",), classes=("a", "b"), per_class=4, size=64)
+    ips, dtype = input_pipeline.bench_ours(root, "train", 16, threads=1, batch=8)
+    assert ips > 0 and dtype == "uint8"
+    ips, dtype = input_pipeline.bench_ours(root, "train", 8, threads=2, uint8=False, randaug=True, batch=8)
+    assert ips > 0 and dtype == "float32"

@@ -84,6 +84,28 @@ def test_config_builds_and_trains(path, tmp_path):
     assert 0.0 <= last["eval/accuracy"] <= 1.0
 
 
+def test_augreg_variants_set_their_levels_and_train(tmp_path):
+    """Every `aug=` level of the recipes sets AugReg's values; `vit_b16.py:aug=medium2` trains (with CutMix too)."""
+    from configs import common
+
+    for path in ("configs/vit_ti16.py", "configs/vit_s16.py", "configs/vit_b16.py", "configs/vit_l16.py",
+                 "configs/vit_h14.py"):
+        for level, (alpha, layers, magnitude) in common.AUG_LEVELS.items():
+            c = load(path, f"aug={level}")
+            assert (c.mixup.alpha, c.pp.randaug_layers, c.pp.randaug_magnitude) == (alpha, layers, magnitude)
+    assert load("configs/vit_b16.py").mixup.alpha == 0.0  # default: inception crop + flip only
+    with pytest.raises(ValueError, match=r"aug='medium3' is not one of"):
+        load("configs/vit_b16.py", "aug=medium3")
+    c = load("configs/vit_b16.py", "runlocal,aug=medium2")
+    assert (c.mixup.alpha, c.pp.randaug_layers, c.pp.randaug_magnitude) == (0.5, 2, 15)
+    c.data.root = os.path.join(write_image_folder(tmp_path / "data", splits=("train",), classes=("a", "b"),
+                                                  per_class=2, size=224), "train")
+    c.tensorboard = False
+    apply_overrides(c, {"model.depth": 1, "total_steps": 1, "mixup.cutmix_alpha": 1.0})
+    state, last = trainer.train_and_evaluate(c, str(tmp_path / "run"))
+    assert int(state["step"]) == 1 and np.isfinite(last["train/loss"])
+
+
 @pytest.mark.parametrize("arg", ["model=resnet18,runlocal", "model=vgg19,runlocal"])
 def test_cifar_cnn_baselines_train_on_permuted_patches(arg, tmp_path):
     c = load("configs/cifar10_vit.py", arg)

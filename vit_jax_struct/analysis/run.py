@@ -33,7 +33,7 @@ import numpy as np
 from absl import logging
 
 from vit_jax_struct.analysis import attention, cka, localization, norms, plots, posemb, probes
-from vit_jax_struct.data import permute, pipeline, sources
+from vit_jax_struct.data import permute, pipeline, preprocess, sources
 from vit_jax_struct.models import official, vit
 from vit_jax_struct.train import checkpoint, trainer
 
@@ -212,7 +212,7 @@ def _batches(parts, n: int, batch: int, split_source=None):
     src = sources.evenly_spaced(split_source or parts["eval_source"], n)
     for b in pipeline.eval_batches(src, parts["eval_pp"], batch):
         keep = b["mask"] > 0
-        yield b["image"][keep], b["label"][keep]
+        yield preprocess.to_value_range(b["image"][keep], parts["value_range"]), b["label"][keep]
 
 
 def _same_images(parts) -> bool:

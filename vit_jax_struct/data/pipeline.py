@@ -17,7 +17,9 @@ import numpy as np
 
 def train_iterator(source, preprocess, per_host_batch: int, seed: int, process_index: int = 0,
                    process_count: int = 1, num_threads: int = 2, prefetch: int = 256):
-    """Infinite iterator of host-local train batches `{"image": float32 [b, S, S, 3], "label": int32 [b]}`.
+    """Infinite iterator of host-local train batches `{"image": [b, S, S, 3], "label": int32 [b]}`.
+
+    Images are uint8 or float32, whichever `preprocess` returns (the trainer's transforms return uint8).
 
     Args:
       source: random-access source (see `sources`).
@@ -49,14 +51,14 @@ def eval_batches(source, preprocess, per_host_batch: int, process_index: int = 0
     ds = grain.MapDataset.source(source)[process_index::process_count].map(preprocess)
     opts = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4 * per_host_batch)
     it = iter(ds.to_iter_dataset(opts).batch(per_host_batch, drop_remainder=False))
-    shape = None
+    shape, dtype = None, None
     for _ in range(n_batches):
         batch = next(it, None)
         if batch is None:  # This host ran out before the others: an all-padding batch.
-            batch = {"image": np.zeros((0, *shape), np.float32), "label": np.zeros((0,), np.int32)}
-        shape = batch["image"].shape[1:]
+            batch = {"image": np.zeros((0, *shape), dtype), "label": np.zeros((0,), np.int32)}
+        shape, dtype = batch["image"].shape[1:], batch["image"].dtype  # uint8 or float32, as preprocess gives
         n = len(batch["label"])
         pad = per_host_batch - n
-        yield {"image": np.concatenate([batch["image"], np.zeros((pad, *shape), np.float32)]),
+        yield {"image": np.concatenate([batch["image"], np.zeros((pad, *shape), dtype)]),
                "label": np.concatenate([batch["label"], np.zeros((pad,), np.int32)]),
                "mask": np.concatenate([np.ones((n,), np.float32), np.zeros((pad,), np.float32)])}

@@ -238,14 +238,15 @@ class TfdsSource:
 
     def __init__(self, name: str, split: str, data_dir: str | None = None, image_key: str = "image",
                  label_key: str = "label"):
-        import tensorflow_datasets as tfds
+        from vit_jax_struct.data.prepare import data_source  # tfds.data_source, also after in-place conversion
 
         try:
-            self.source = tfds.data_source(name, split=split, data_dir=data_dir, download=False)
+            self.source = data_source(name, split, data_dir)
         except Exception as e:  # tfds raises AssertionError/ValueError/FileNotFoundError depending on the case.
             raise ValueError(f"TFDS dataset {name!r} split {split!r} is not prepared as array_record in data_dir "
-                             f"{data_dir!r} ({type(e).__name__}: {e}); prepare it with `tfds build {name} "
-                             "--file_format=array_record`") from e
+                             f"{data_dir!r} ({type(e).__name__}: {e}); a TFRecord dataset (`tfds build {name}`) "
+                             f"converts with `python -m vit_jax_struct.data.prepare --tfds={name} --data_dir=DIR`, "
+                             f"or prepare it with `tfds build {name} --file_format=array_record`") from e
         self.image_key, self.label_key = image_key, label_key
         feature = self.source.dataset_info.features[label_key]
         self.num_classes = int(feature.num_classes)

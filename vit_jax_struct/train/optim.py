@@ -86,16 +86,22 @@ def make_optimizer(optim_config, total_steps: int):
 
 def classification_loss(logits, labels, num_classes: int, kind: str = "softmax_xent",
                         label_smoothing: float = 0.0):
-    """Per-example loss `[B]` float32 from logits `[B, K]` and integer labels `[B]`.
+    """Per-example loss `[B]` float32 from logits `[B, K]` and labels: integer `[B]`, or float targets `[B, K]`.
 
-    `softmax_xent`: cross-entropy against one-hot targets smoothed to `(1 - ls) * onehot + ls / K`
-    (Szegedy et al. 2016 §7). `sigmoid_xent`: sum over classes of binary cross-entropy with the same targets
-    (the ViT / big_vision pretraining loss).
+    Float targets are soft labels, e.g. mixup / CutMix mixtures (rows summing to 1, `data/mixup.py`); integer labels
+    become one-hot. Either is smoothed to `(1 - ls) * targets + ls / K` (Szegedy et al. 2016 §7). `softmax_xent`:
+    cross-entropy against those targets. `sigmoid_xent`: sum over classes of binary cross-entropy with the same
+    targets (the ViT / big_vision pretraining loss; with mixup, big_vision likewise uses the mixed targets).
 
     Raises:
-      ValueError: unknown kind.
+      ValueError: unknown kind, or float targets not of shape `[B, num_classes]`.
     """
-    targets = jax.nn.one_hot(labels, num_classes)
+    if labels.ndim == 2:
+        if labels.shape[-1] != num_classes:
+            raise ValueError(f"soft targets of shape {labels.shape} do not have num_classes={num_classes} columns")
+        targets = labels.astype(jnp.float32)
+    else:
+        targets = jax.nn.one_hot(labels, num_classes)
     if label_smoothing:
         targets = targets * (1.0 - label_smoothing) + label_smoothing / num_classes
     logits = logits.astype(jnp.float32)

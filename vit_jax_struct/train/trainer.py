@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from vit_jax_struct import storage
-from vit_jax_struct.data import permute, pipeline, preprocess, sources
+from vit_jax_struct.data import mixup, permute, pipeline, preprocess, sources
 from vit_jax_struct.models import get_model
 from vit_jax_struct.train import checkpoint, lock, optim, sharding, validate
 from vit_jax_struct.train import metrics as metrics_lib
@@ -105,7 +105,8 @@ def build(config, devices=None):
         raise ValueError(f"config.data.num_classes {data.num_classes} differs from the {num_classes} classes "
                          f"found in the {data.source!r} train split")
     model = get_model(config.model, num_classes)
-    train_pp, eval_pp = preprocess.from_config(config.pp, data.image_size)
+    train_pp, eval_pp = preprocess.from_config(config.pp, data.image_size)  # uint8 out: scaled on the device
+    mixup.check_config(config.get("mixup"))
     perm = None
     if data.get("permute_patches"):
         patch = data.get("permutation_patch_size") or getattr(model, "arch", lambda: {})().get("patch_size")
@@ -140,7 +141,7 @@ def build(config, devices=None):
                 eval_pp=eval_pp, tx=tx, schedule=schedule, per_host_batch=per_host,
                 eval_per_host_batch=eval_per_host, abstract_state=abstract_state, num_classes=num_classes,
                 init_state=jax.jit(init_state, out_shardings=state_sh), total_steps=total_steps,
-                permutation=perm)
+                permutation=perm, value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))))
 
 
 def check_accum_steps(accum_steps: int, batch_size: int, mesh) -> None:
@@ -175,7 +176,8 @@ def micro_batches(batch: dict, accum_steps: int, mesh) -> dict:
 def make_train_step(config, model, tx, schedule, num_classes, mesh, state_sharding):
     """Jitted `(state, batch) -> (state, metrics)`; the state is donated.
 
-    `batch`: `{"image": float32 [B, S, S, 3], "label": int32 [B]}` sharded over all devices. `metrics` (replicated
+    `batch`: `{"image": uint8 (or float32) [B, S, S, 3], "label": int32 [B]}` sharded over all devices; uint8
+    images are scaled to `pp.value_range` here, then mixed by `config.mixup` (`data/mixup.py`). `metrics` (replicated
     scalars): `loss` (mean over the batch), `grad_norm`, `lr` (the rate used for this update), `nonfinite` (1 if the
     loss is NaN/inf).
 
@@ -186,6 +188,7 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
     those of the last micro-batch (models with batch_stats see B/k examples per normalisation).
     """
     dropout_root = jax.random.fold_in(jax.random.key(config.seed), 1)
+    batch_transform = mixup.make_batch_transform(config, num_classes)  # value_range, mixup: key fold_in(root, 2)
     accum = int(config.get("accum_steps", 1))
     # Gradients take the parameters' sharding (reduce-scatter under FSDP, not a replicated all-reduce), also the
     # accumulator carried through the micro-batch scan.
@@ -196,6 +199,7 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
     def step_fn(state, batch):
         step = state["step"]
         rng = jax.random.fold_in(dropout_root, step)
+        batch = batch_transform(batch, step)
 
         model_state = state.get("model_state", {})
 
@@ -249,7 +253,8 @@ def make_eval_step(config, model, num_classes, mesh, variables_sharding):
 
     @sharding.activation_sharding(mesh)
     def eval_fn(variables, batch):
-        logits, _ = model.apply(variables, batch["image"], train=False)
+        images = preprocess.to_value_range(batch["image"], config.pp.get("value_range", (-1.0, 1.0)), jnp)
+        logits, _ = model.apply(variables, images, train=False)
         loss = optim.classification_loss(logits, batch["label"], num_classes, config.loss)
         correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
         w = batch["mask"]
