@@ -2,8 +2,9 @@
 
 `python main.py --mode=analyze --workdir=RUN [--compare=OTHER_RUN]` analyses a trained run (see
 `vit_jax_struct/analysis/run.py`); `--mode=verify` decodes every example of the config's train and eval splits and
-lists the unreadable ones (see `vit_jax_struct/data/verify.py`). `python main.py --mode=analyze --config=configs/vit_l16.py
---config.init_from=ViT-L_16.npz --workdir=OUT [--compare_config=configs/bit.py:r50x1 --compare_init_from=R50x1.npz]`
+lists the unreadable ones (see `vit_jax_struct/data/verify.py`).
+`python main.py --mode=analyze --config=configs/vit_l16.py --config.init_from=ViT-L_16.npz --workdir=OUT
+[--compare_config=configs/bit.py:r50x1 --compare_init_from=R50x1.npz]`
 analyses published checkpoint files without any training run (docs/published_models.md).
 
 Without `--workdir` a run lives in `runs/<config name>[_<arg>]`, so rerunning the same command resumes it. A

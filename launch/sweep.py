@@ -21,6 +21,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+from vit_jax_struct import storage  # noqa: E402 -- after the repository root is importable
 
 
 def _fmt(v) -> str:
@@ -65,7 +68,7 @@ def commands(sweep: dict, root: str, python: str = sys.executable, multihost: bo
     """`[(name, workdir, argv)]` for every run: shared overrides first, the run's own after (they win)."""
     out = []
     for run in sweep["runs"]:
-        workdir = os.path.join(root, run["name"])
+        workdir = storage.join(root, run["name"])
         argv = [python, "main.py", f"--config={run.get('config', sweep['config'])}", f"--workdir={workdir}"]
         for k, v in {**sweep.get("overrides", {}), **run["overrides"]}.items():
             argv.append(f"--config.{k}={v}")
@@ -97,14 +100,18 @@ def main(argv=None):
         if not args.run:
             print(shlex.join(cmd))
             continue
-        if os.path.exists(os.path.join(workdir, "final_metrics.json")):
+        if storage.exists(storage.join(workdir, "final_metrics.json")):
             print(f"[sweep] {name}: done, skipped", flush=True)
             continue
-        os.makedirs(workdir, exist_ok=True)
-        print(f"[sweep] {name}: running ({shlex.join(cmd)})", flush=True)
-        with open(os.path.join(workdir, "log.txt"), "a") as log:
+        # The run's log: in its workdir, or beside the sweep for a gs:// root (an object cannot be appended to).
+        log_path = os.path.join(HERE, "runs", "sweep_logs", f"{name}.txt") if storage.is_url(workdir) else \
+            os.path.join(workdir, "log.txt")
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        print(f"[sweep] {name}: running ({shlex.join(cmd)}), log {log_path}", flush=True)
+        with open(log_path, "a") as log:
             rc = subprocess.call(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT)
-        print(f"[sweep] {name}: exit {rc}", flush=True)
+        print(f"[sweep] {name}: exit {rc}" + (" (pre-empted: rerun the sweep to resume it)" if rc == 143 else ""),
+              flush=True)
         if rc:
             failed.append(name)
     if failed:

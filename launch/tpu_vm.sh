@@ -28,6 +28,14 @@ case "$cmd" in
       && .venv/bin/pip install -q 'jax[tpu]==$(grep '^jax==' "$here/requirements.txt" | cut -d= -f3)'" ;;
   run)
     config=${4:?CONFIG}; workdir=${5:?WORKDIR}; shift 5
+    # One host per networkEndpoint; with more than one, a local path would be a different disk on each host.
+    hosts=$(tpu describe "$name" --format='value(networkEndpoints[].ipAddress)' | tr ';,' '\n\n' | grep -c . || true)
+    if [ "${hosts:-0}" -gt 1 ] && [[ "$workdir" != gs://* ]]; then
+      echo "refusing WORKDIR=$workdir: $name has $hosts hosts, and a local path would be a separate disk on each" \
+           "(each host would write its own checkpoint shards and metrics, and no host could resume)." \
+           "Use a bucket, e.g. gs://BUCKET/runs/$(basename "$workdir")." >&2
+      exit 2
+    fi
     tpu ssh "$name" --worker=all --command="cd ~/vit_jax_struct && nohup .venv/bin/python main.py \
       --config=$config --workdir=$workdir --config.multihost=True $* > ~/train.log 2>&1 &" ;;
   delete)

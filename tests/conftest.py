@@ -59,3 +59,28 @@ def apply_overrides(c, overrides):
             node = node[p]
         node[last] = v
     return c
+
+
+@pytest.fixture(scope="session")
+def gcs():
+    """A GCS emulator for this test process, its client variables set in `os.environ` (see tests/gcs_emulator.py).
+
+    Tests make their own bucket (`gcs.bucket(name)`), so they do not see each other's objects."""
+    from tests.gcs_emulator import Emulator
+
+    emu = Emulator().start()
+    old = {k: os.environ.get(k) for k in emu.env()}
+    os.environ.update(emu.env())
+    try:
+        import gcsfs
+
+        gcsfs.GCSFileSystem.clear_instance_cache()
+    except ImportError:
+        pass
+    yield emu
+    emu.stop()
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
-import os
 import statistics
 import sys
+
+from vit_jax_struct import storage
+from vit_jax_struct.train import metrics
 
 COLUMNS = ("run", "model", "attention", "classifier", "skip_ablation", "permute_patches", "train_fraction", "seed",
            "steps", "eval/accuracy")
@@ -34,16 +37,12 @@ def _model_name(m: dict) -> str:
 
 def read_run(workdir: str) -> dict | None:
     """Knobs and final metrics of one workdir, or None if it has no evaluation yet."""
-    with open(os.path.join(workdir, "config.json")) as f:
-        cfg = json.load(f)
+    cfg = json.loads(storage.read_text(storage.join(workdir, "config.json")))
     acc, step = None, 0
-    mpath = os.path.join(workdir, "metrics.jsonl")
-    if os.path.exists(mpath):
-        with open(mpath) as f:
-            for line in f:
-                r = json.loads(line)
-                if "eval/accuracy" in r and r["step"] >= step:
-                    acc, step = r["eval/accuracy"], r["step"]
+    if storage.exists(storage.join(workdir, "metrics.jsonl")):
+        for r in metrics.read_metrics(workdir):
+            if "eval/accuracy" in r and r["step"] >= step:
+                acc, step = r["eval/accuracy"], r["step"]
     if acc is None:
         return None
     m, d = cfg.get("model", {}), cfg.get("data", {})
@@ -59,11 +58,10 @@ def find_runs(roots) -> list[dict]:
     """All evaluated workdirs below `roots`, sorted by path."""
     runs = []
     for root in roots:
-        for d, _, files in os.walk(root):
-            if "config.json" in files and "checkpoints" not in d.split(os.sep):
-                r = read_run(d)
-                if r:
-                    runs.append(r)
+        for d in storage.find_folders_with(root, "config.json", skip=("checkpoints",)):
+            r = read_run(d)
+            if r:
+                runs.append(r)
     return sorted(runs, key=lambda r: r["run"])
 
 
@@ -147,12 +145,13 @@ def compare(runs) -> list[dict]:
 
 def write(runs, rows, out: str, commands: str = "") -> tuple[str, str]:
     """Writes `out/scoreboard.md` and `out/runs.csv`; returns their paths."""
-    os.makedirs(out, exist_ok=True)
-    csv_path, md_path = os.path.join(out, "runs.csv"), os.path.join(out, "scoreboard.md")
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(runs)
+    storage.makedirs(out)
+    csv_path, md_path = storage.join(out, "runs.csv"), storage.join(out, "scoreboard.md")
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(runs)
+    storage.write_text(csv_path, buf.getvalue())
     lines = ["# Scoreboard", ""]
     if commands:
         lines += ["Produced by:", "", "```", commands.strip(), "```", ""]
@@ -165,11 +164,10 @@ def write(runs, rows, out: str, commands: str = "") -> tuple[str, str]:
                      f"| {r['verdict']} |")
     lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in runs:
-        vals = [os.path.basename(r["run"]) if k == "run" else
+        vals = [storage.basename(r["run"]) if k == "run" else
                 (f"{r[k]:.4f}" if k == "eval/accuracy" else str(r[k])) for k in COLUMNS]
         lines.append("| " + " | ".join(vals) + " |")
-    with open(md_path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    storage.write_text(md_path, "\n".join(lines) + "\n")
     return md_path, csv_path
 
 
@@ -185,8 +183,7 @@ def main(argv=None) -> int:
         return 1
     cmds = ""
     if args.commands:
-        with open(args.commands) as f:
-            cmds = f.read()
+        cmds = storage.read_text(args.commands)
     md, csv_path = write(runs, compare(runs), args.out, cmds)
     print(f"{len(runs)} runs -> {md}, {csv_path}")
     return 0

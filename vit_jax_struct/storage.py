@@ -182,6 +182,26 @@ def move(src, dst) -> None:
         raise _wrap(f"cannot move to {dst}:", src, e) from e
 
 
+def find_folders_with(root, name: str, skip=()) -> list[str]:
+    """Every folder below `root` (itself included) that holds a file `name`, skipping folders named in `skip` and
+    everything below them; sorted. On an object store one recursive listing (`gcsfs.find`), not a walk."""
+    out = []
+    if is_url(root):
+        import gcsfs
+
+        base = str(root).rstrip("/")
+        for key in gcsfs.GCSFileSystem().find(base):
+            parts = key.split("/")
+            if parts[-1] == name and not set(parts[:-1]) & set(skip):
+                out.append("gs://" + "/".join(parts[:-1]))
+        return sorted(out)
+    for d, dirs, files in os.walk(path(root)):
+        dirs[:] = [x for x in dirs if x not in skip]
+        if name in files:
+            out.append(d)
+    return sorted(out)
+
+
 def savefig(fig, p, **kwargs) -> None:
     """`fig.savefig` to a local path or a URL (rendered in memory, then written whole); format from the suffix."""
     buf = io.BytesIO()

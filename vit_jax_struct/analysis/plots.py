@@ -4,7 +4,6 @@ for heatmaps, a colour bar."""
 from __future__ import annotations
 
 import math
-import os
 
 import matplotlib
 
@@ -12,10 +11,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from vit_jax_struct import storage
+
 
 def _save(fig, path):
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    storage.savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -115,14 +116,15 @@ def skip_norms(r: dict, path):
 
 def report(results: dict, out_dir: str) -> str:
     """Writes `out_dir/report.md`: the plots that exist, with the headline numbers."""
-    name = os.path.basename(os.path.normpath(results["workdir"]))
+    name = storage.basename(results["workdir"])
+    present = set(storage.listdir(out_dir))
     lines = [f"# Analysis of `{name}` (step {results['step']}, {results['examples']} eval examples)", ""]
     m = results["model"]
     lines += [f"Model: `{m.get('name', 'vit')}` {m.get('variant', '')} classifier={m.get('classifier', '-')} "
               f"attention={m.get('attention', '-')} skip_ablation={m.get('skip_ablation') or '-'}", ""]
 
     def img(file, caption):
-        if os.path.exists(os.path.join(out_dir, file)):
+        if file in present:
             lines.extend([f"## {caption}", "", f"![{caption}]({file})", ""])
             return True
         return False
@@ -130,7 +132,7 @@ def report(results: dict, out_dir: str) -> str:
     if img("cka.png", "CKA between layers"):
         c = np.asarray(results["cka"]["matrix"])
         lines += [f"Mean off-diagonal CKA {c[~np.eye(len(c), dtype=bool)].mean():.3f}.", ""]
-    for f in sorted(os.listdir(out_dir)):
+    for f in sorted(present):
         if f.startswith("cka_vs_"):
             img(f, f"CKA across models ({f[7:-4]})")
             c = np.asarray(results["cka_across"]["matrix"])
@@ -157,7 +159,6 @@ def report(results: dict, out_dir: str) -> str:
         lines += ["| block/branch/tokens | ‖z‖/‖f(z)‖ |", "|---|---|"]
         lines += [f"| {k} | {v:.2f} |" for k, v in results["skip_norm_ratios"].items()]
         lines.append("")
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    path = storage.join(out_dir, "report.md")
+    storage.write_text(path, "\n".join(lines) + "\n")
     return path

@@ -32,6 +32,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from vit_jax_struct import storage
 from vit_jax_struct.analysis import attention, cka, localization, norms, plots, posemb, probes
 from vit_jax_struct.data import permute, pipeline, preprocess, sources
 from vit_jax_struct.models import official, vit
@@ -47,18 +48,17 @@ def load_run(workdir: str, config=None):
       FileNotFoundError: no config.json (and no config given) or no checkpoint.
     """
     if config is None:
-        path = os.path.join(workdir, "config.json")
-        if not os.path.exists(path):
+        path = storage.join(workdir, "config.json")
+        if not storage.exists(path):
             raise FileNotFoundError(f"{path} not found: pass --config for a run without config.json")
-        with open(path) as f:
-            config = ml_collections.ConfigDict(json.load(f))
+        config = ml_collections.ConfigDict(json.loads(storage.read_text(path)))
     config = ml_collections.ConfigDict(config.to_dict())
     config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1))
     config.batch_size = config.eval_batch_size = 1  # analysis batches its own data
     config.accum_steps = 1
     config.data.eval_examples = 0  # the whole eval split to draw from, whatever training evaluated on
     parts = trainer.build(config)
-    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
+    ckpt = checkpoint.Checkpointer(storage.join(workdir, "checkpoints"), read_only=True)
     step = ckpt.latest_step()
     if step is None:
         raise FileNotFoundError(f"no checkpoint in {ckpt.directory}")
@@ -244,8 +244,8 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
         config, parts, variables, step = load_run(workdir, config)
     model = parts["model"]
     is_vit = config.model.get("name", "vit") == "vit"
-    out_dir = os.path.join(workdir, "analysis")
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = storage.join(workdir, "analysis")
+    storage.makedirs(out_dir)
     grid = patch = None
     if is_vit:
         patch = model.arch()["patch_size"]
@@ -257,7 +257,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
         c2 = ml_collections.ConfigDict(compare_config.to_dict())
         c2.data, c2.pp = config.data, config.pp  # the same images and classes as the first model
         _c2, o_parts, o_vars, _ = load_checkpoint_file(c2)
-        name = os.path.splitext(os.path.basename(str(c2.init_from).rstrip("/")))[0]
+        name = os.path.splitext(storage.basename(c2.init_from))[0]
         o_vit = c2.model.get("name", "vit") == "vit"
         if not c2.get("init_from"):
             raise ValueError("the compare model needs a checkpoint file: --compare_init_from=PATH (or "
@@ -266,7 +266,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
                  str(c2.init_from))
     elif compare:
         _o_config, o_parts, o_vars, _ = load_run(compare)
-        other = (os.path.basename(os.path.normpath(compare)), o_vars,
+        other = (storage.basename(compare), o_vars,
                  make_summaries(o_parts["model"], is_vit=False, has_cls=False, grams_only=True), compare)
 
     results = {"workdir": workdir, "step": step, "model": dict(config.model), "examples": 0}
@@ -301,24 +301,24 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     if not n_batches:
         raise ValueError(f"no analysis batch of ≥ 4 examples (num_examples={num_examples}, batch={batch})")
 
-    title = os.path.basename(os.path.normpath(workdir))
+    title = storage.basename(workdir)
     results["cka"] = {"layers": layer_names, "matrix": within.result().tolist()}
-    plots.heatmap(within.result(), layer_names, layer_names, f"CKA within {title}", os.path.join(out_dir, "cka.png"))
+    plots.heatmap(within.result(), layer_names, layer_names, f"CKA within {title}", storage.join(out_dir, "cka.png"))
     if other is not None:
         results["cka_across"] = {"other": other[3], "layers": layer_names, "other_layers": other_names,
                                  "matrix": across.result().tolist()}
         plots.heatmap(across.result(), layer_names, other_names, f"CKA: {title} vs {other[0]}",
-                      os.path.join(out_dir, f"cka_vs_{other[0]}.png"))
+                      storage.join(out_dir, f"cka_vs_{other[0]}.png"))
     if is_vit:
         d = dist.result()
         results["attention_distance_pixels"] = {k: v.tolist() for k, v in d.items()}
-        plots.attention_distance(d, os.path.join(out_dir, "attention_distance.png"))
+        plots.attention_distance(d, storage.join(out_dir, "attention_distance.png"))
         m, frac = loc.result()
         results["localization"] = {"matrix": m.tolist(), "own_patch_fraction": frac}
-        plots.localization(m, grid, os.path.join(out_dir, "localization.png"),
+        plots.localization(m, grid, storage.join(out_dir, "localization.png"),
                            f"token–patch CKA ({config.model.get('classifier')}); own patch best for {frac:.0%}")
         results["skip_norm_ratios"] = {k: v / n_batches for k, v in ratio_sums.items()}
-        plots.skip_norms(results["skip_norm_ratios"], os.path.join(out_dir, "skip_norms.png"))
+        plots.skip_norms(results["skip_norm_ratios"], storage.join(out_dir, "skip_norms.png"))
         if config.model.get("posemb", "learn") == "learn":
             pe = posemb.posemb_patches(variables["params"], has_cls)
             perm = permute.load_permutation(workdir)
@@ -328,7 +328,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
             results["posemb"] = {"locality_spearman": posemb.locality_score(pe, grid),
                                  "locality_spearman_token_order": raw_score, "reindexed_by_inverse_permutation":
                                  perm is not None}
-            plots.posemb_similarity(posemb.cosine_similarity(pe), grid, os.path.join(out_dir, "posemb_similarity.png"),
+            plots.posemb_similarity(posemb.cosine_similarity(pe), grid, storage.join(out_dir, "posemb_similarity.png"),
                                     f"posemb cosine similarity{' (π⁻¹ re-indexed)' if perm is not None else ''}; "
                                     f"locality {results['posemb']['locality_spearman']:.2f}")
     if _same_images(parts):
@@ -342,16 +342,15 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
         labels_train.append(labels)
     results["probes"] = _probes(probe_train, np.concatenate(labels_train), probe_test, np.concatenate(labels_test),
                                 parts["num_classes"], names.get("token_positions"), layer_names, seed)
-    plots.probes(results["probes"], os.path.join(out_dir, "probes.png"))
-    with open(os.path.join(out_dir, "analysis.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    plots.probes(results["probes"], storage.join(out_dir, "probes.png"))
+    storage.write_text(storage.join(out_dir, "analysis.json"), json.dumps(results, indent=1))
     plots.report(results, out_dir)
     return results
 
 
 def _has_checkpoint(workdir: str) -> bool:
-    d = os.path.join(workdir, "checkpoints")
-    return os.path.isdir(d) and any(x.isdigit() for x in os.listdir(d))
+    d = storage.join(workdir, "checkpoints")
+    return storage.isdir(d) and any(x.isdigit() for x in storage.listdir(d))
 
 
 def _collect(acc: dict, res: dict):
@@ -385,5 +384,5 @@ def run_from_flags(workdir: str, compare: str | None, config, num_examples: int,
         raise ValueError("give either --compare=RUN or --compare_config (with --compare_init_from), not both")
     res = analyze(workdir, compare, config, num_examples, batch, probe_train_examples,
                   compare_config=compare_config)
-    logging.info("analysis written to %s", os.path.join(workdir, "analysis"))
+    logging.info("analysis written to %s", storage.join(workdir, "analysis"))
     return res

@@ -9,9 +9,10 @@ undoes it; analyses use it to re-index posemb similarity maps.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
+
+from vit_jax_struct import storage
 
 
 def patch_permutation(num_patches: int, seed: int) -> np.ndarray:
@@ -59,21 +60,19 @@ class PermutePatches:
 
 def save_permutation(workdir: str, perm: np.ndarray, patch: int, image_size: int, seed: int) -> str:
     """Writes `workdir/permutation.json` (`perm`, `inverse`, `patch_size`, `grid`, `seed`); returns its path."""
-    path = os.path.join(workdir, "permutation.json")
+    path = storage.join(workdir, "permutation.json")
     grid = image_size // patch
-    with open(path + ".tmp", "w") as f:
-        json.dump({"perm": [int(i) for i in perm], "inverse": [int(i) for i in inverse_permutation(perm)],
-                   "patch_size": int(patch), "grid": [grid, grid], "seed": int(seed)}, f)
-    os.replace(path + ".tmp", path)
+    storage.write_text(path, json.dumps({"perm": [int(i) for i in perm],
+                                         "inverse": [int(i) for i in inverse_permutation(perm)],
+                                         "patch_size": int(patch), "grid": [grid, grid], "seed": int(seed)}))
     return path
 
 
 def load_permutation(workdir: str) -> dict | None:
     """The saved permutation record of a run, or None if it used original images."""
-    path = os.path.join(workdir, "permutation.json")
-    if not os.path.exists(path):
+    path = storage.join(workdir, "permutation.json")
+    if not storage.exists(path):
         return None
-    with open(path) as f:
-        rec = json.load(f)
+    rec = json.loads(storage.read_text(path))
     rec["perm"], rec["inverse"] = np.asarray(rec["perm"]), np.asarray(rec["inverse"])
     return rec

@@ -15,7 +15,7 @@ Writes `metrics.jsonl` (`theory/…` keys per step), `summary.json`, `plots/*.pn
 from __future__ import annotations
 
 import json
-import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,7 @@ import numpy as np
 from absl import logging
 from sklearn.linear_model import LogisticRegression
 
+from vit_jax_struct import storage
 from vit_jax_struct.theory import data as tdata
 from vit_jax_struct.theory import model as tmodel
 
@@ -34,16 +35,21 @@ MODES = ("population", "empirical", "transfer")
 
 
 class _Writer:
-    def __init__(self, workdir):
-        os.makedirs(os.path.join(workdir, "plots"), exist_ok=True)
-        self.f = open(os.path.join(workdir, "metrics.jsonl"), "w")  # noqa: SIM115 -- closed in close()
+    """`metrics.jsonl` of a theory run (minutes long, rerun from scratch): kept in memory, written whole (also to a
+    `gs://` workdir) at most every `flush_secs` and at the end."""
+
+    def __init__(self, workdir, flush_secs: float = 30.0):
+        storage.makedirs(storage.join(workdir, "plots"))
+        self.path, self.lines, self.flush_secs, self.last = storage.join(workdir, "metrics.jsonl"), [], flush_secs, 0.0
 
     def write(self, step, d):
-        self.f.write(json.dumps({"step": int(step), **{k: float(v) for k, v in d.items()}}) + "\n")
-        self.f.flush()
+        self.lines.append(json.dumps({"step": int(step), **{k: float(v) for k, v in d.items()}}))
+        if time.time() - self.last >= self.flush_secs:
+            self.close()
 
     def close(self):
-        self.f.close()
+        storage.write_text(self.path, "".join(line + "\n" for line in self.lines))
+        self.last = time.time()
 
 
 def _sampler(cfg, partition, w, seed):
@@ -118,9 +124,9 @@ def train_one(cfg, workdir, writer) -> dict:
     params = gd(params, None if train is None else train["x"], None if train is None else train["y"], cfg, steps,
                 cfg.train.lr, keys, draw if train is None else None, on_eval, cfg.train.eval_every)
     snapshots[steps] = np.asarray(tmodel.attention(params["Q"]))
-    _plot_association(history, len(partition[0]) / d.num_patches, os.path.join(workdir, "plots", "association.png"),
+    _plot_association(history, len(partition[0]) / d.num_patches, storage.join(workdir, "plots", "association.png"),
                       cfg.name)
-    _plot_heatmaps(snapshots, partition, os.path.join(workdir, "plots", "attention.png"))
+    _plot_heatmaps(snapshots, partition, storage.join(workdir, "plots", "attention.png"))
     final = history[-1][1]
     return {"mode": cfg.theory_mode, "structured": bool(d.structured), "final": final,
             "chance_purity": d.set_size / d.num_patches, "steps": steps,
@@ -168,7 +174,7 @@ def transfer(cfg, workdir, writer) -> dict:
     for k, v in curves.items():
         ok = [e <= thr for e in v]
         first[k] = next((int(t.n_values[i]) for i in range(len(ok)) if all(ok[i:])), None)
-    _plot_transfer(list(t.n_values), curves, thr, os.path.join(workdir, "plots", "transfer.png"))
+    _plot_transfer(list(t.n_values), curves, thr, storage.join(workdir, "plots", "transfer.png"))
     return {"mode": "transfer", "pretrained_association": pre_assoc, "n_values": list(t.n_values),
             "test_error": curves, "target_error": thr, "samples_to_target": first}
 
@@ -181,20 +187,19 @@ def run(cfg, workdir: str) -> dict:
     """
     if cfg.theory_mode not in MODES:
         raise ValueError(f"config.theory_mode {cfg.theory_mode!r} is not one of {MODES}")
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(cfg.to_json_best_effort(indent=2, sort_keys=True))
+    storage.makedirs(workdir)
+    storage.write_text(storage.join(workdir, "config.json"), cfg.to_json_best_effort(indent=2, sort_keys=True))
     writer = _Writer(workdir)
     try:
         summary = transfer(cfg, workdir, writer) if cfg.theory_mode == "transfer" else train_one(cfg, workdir, writer)
     finally:
         writer.close()
     summary["name"] = cfg.name
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    with open(os.path.join(workdir, "summary.md"), "w") as f:
-        f.write(f"# {cfg.name}\n\n```json\n{json.dumps(summary, indent=2)}\n```\n\nPlots: "
-                + ", ".join(f"[{p}](plots/{p})" for p in sorted(os.listdir(os.path.join(workdir, "plots")))) + "\n")
+    storage.write_text(storage.join(workdir, "summary.json"), json.dumps(summary, indent=2))
+    plots = storage.listdir(storage.join(workdir, "plots"))
+    storage.write_text(storage.join(workdir, "summary.md"),
+                       f"# {cfg.name}\n\n```json\n{json.dumps(summary, indent=2)}\n```\n\nPlots: "
+                       + ", ".join(f"[{p}](plots/{p})" for p in plots) + "\n")
     return summary
 
 
@@ -210,7 +215,7 @@ def _plot_association(history, chance, path, title):
     ax.set_title(f"Patch association over training ({title})")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    storage.savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -224,7 +229,7 @@ def _plot_heatmaps(snapshots, partition, path):
         ax.set_xlabel("key position (grouped by set)")
         ax.set_ylabel("query position")
     fig.colorbar(im, ax=axes.ravel().tolist(), label="attention weight")
-    fig.savefig(path, dpi=110)
+    storage.savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -241,5 +246,5 @@ def _plot_transfer(ns, curves, thr, path):
     ax.set_title("Transfer with learned patch association")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    storage.savefig(fig, path, dpi=110)
     plt.close(fig)

@@ -10,7 +10,6 @@ written on one mesh restores onto any other (different device count included).
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import grain

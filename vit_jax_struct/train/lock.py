@@ -125,22 +125,25 @@ class WorkdirLock:
         self._thread.start()
 
     def _heartbeat(self):
+        while not self._stop.wait(self.heartbeat_s) and self.refresh():
+            pass
+
+    def refresh(self) -> bool:
+        """Rewrites an object-store lock's heartbeat (the background thread calls this); False once it is lost."""
         from google.api_core import exceptions as gexc
 
-        while not self._stop.wait(self.heartbeat_s):
-            self._info["heartbeat"] = time.time()
-            try:
-                self._blob.upload_from_string(json.dumps(self._info), if_generation_match=self._generation,
-                                              timeout=self.heartbeat_s)
-                self._generation = self._blob.generation
-            except gexc.PreconditionFailed:
-                self.lost = f"the workdir lock {self.path} was taken over by another run"
-                return
-                self._refreshed = time.time()
-            except Exception as e:  # The store is unreachable: keep trying until the lock would look stale.
-                if time.time() - self._refreshed > self.stale_s - self.heartbeat_s:
-                    self.lost = f"cannot refresh the workdir lock {self.path}: {type(e).__name__}: {e}"
-                    return
+        self._info["heartbeat"] = time.time()
+        try:
+            self._blob.upload_from_string(json.dumps(self._info), if_generation_match=self._generation,
+                                          timeout=self.heartbeat_s)
+            self._generation = self._blob.generation
+            self._refreshed = time.time()
+        except gexc.PreconditionFailed:
+            self.lost = f"the workdir lock {self.path} was taken over by another run"
+        except Exception as e:  # The store is unreachable: keep trying until the lock would look stale.
+            if time.time() - self._refreshed > self.stale_s - self.heartbeat_s:
+                self.lost = f"cannot refresh the workdir lock {self.path}: {type(e).__name__}: {e}"
+        return not self.lost
 
     # -- API ---------------------------------------------------------------------------------------------------
     def acquire(self) -> WorkdirLock:

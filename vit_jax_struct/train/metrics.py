@@ -64,7 +64,7 @@ class MetricWriter:
         self.flush_secs, self.tb_chunk_bytes = float(flush_secs), int(tb_chunk_bytes)
         self.tb = self.file = None
         self._lines: list[str] = []
-        self._dirty, self._last_flush = False, time.time()
+        self._dirty, self._last_flush, self._failed = False, time.time(), False
         if not self.active:
             return
         storage.makedirs(workdir)
@@ -115,12 +115,18 @@ class MetricWriter:
             self.file.flush()
             os.fsync(self.file.fileno())
             return
-        if self.tb is not None:
-            self.tb.flush()
-            self._upload_tensorboard()
-        if self._dirty:
-            storage.write_text(self.path, "".join(line + "\n" for line in self._lines))
-            self._dirty = False
+        if self._failed:
+            return
+        try:
+            if self.tb is not None:
+                self.tb.flush()
+                self._upload_tensorboard()
+            if self._dirty:
+                storage.write_text(self.path, "".join(line + "\n" for line in self._lines))
+                self._dirty = False
+        except storage.StorageError:
+            self._failed = True  # The store is gone: report once, do not retry on close.
+            raise
         self._last_flush = time.time()
 
     def _upload_tensorboard(self, final: bool = False) -> None:

@@ -288,7 +288,7 @@ def _write_config(config, workdir: str, step: int) -> None:
     storage.write_text(path, text)
 
 
-class Preempted(Exception):  # noqa: N818 -- an outcome, not an error
+class Preempted(Exception):
     """The run stopped on SIGTERM (pre-emption) after checkpointing `step`; rerunning the command resumes it.
 
     `main.py` exits with `EXIT_CODE` (143 = 128 + SIGTERM, the shell's convention), so schedulers (Kubernetes,
