@@ -64,7 +64,7 @@ def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label):
     fig.supxlabel("patch column", fontsize=8)
     fig.supylabel("patch row", fontsize=8)
     fig.colorbar(im, ax=axes, label=label, shrink=0.8)
-    fig.savefig(path, dpi=110)
+    storage.savefig(fig, path, dpi=110)
     plt.close(fig)
 
 

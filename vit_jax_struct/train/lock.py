@@ -8,7 +8,7 @@ therefore fails at once with `WorkdirBusyError` naming the holder (host, PID, si
 - Object store (`gs://…`): the object `workdir/lock`, created only if absent (`ifGenerationMatch=0`) and rewritten
   every `heartbeat_s` seconds by a background thread (with `ifGenerationMatch=<its generation>`, so two writers
   cannot both believe they hold it). A lock whose heartbeat is older than `stale_s` (its holder was killed) is
-  taken over, also by a generation-matched write. A holder that finds its lock taken over (or cannot refresh it)
+  taken over, also by a generation-matched write; so is one whose holder ran on this host and has exited. A holder that finds its lock taken over (or cannot refresh it)
   sets `lost`; the train loop checks it and stops.
 """
 
@@ -35,6 +35,19 @@ def _holder() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "since": now,
             "since_utc": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(timespec="seconds"),
             "heartbeat": now}
+
+
+def _dead_here(info: dict) -> bool:
+    """True if the holder ran on this host and its process is gone (then its lock is stale at once)."""
+    if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
+        return False
+    try:
+        os.kill(info["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def _describe(info: dict) -> str:
@@ -103,13 +116,13 @@ class WorkdirLock:
             except (ValueError, gexc.PreconditionFailed):
                 old = {}
             age = time.time() - float(old.get("heartbeat", 0))
-            if age < self.stale_s:
+            if age < self.stale_s and not _dead_here(old):
                 raise WorkdirBusyError(
                     f"workdir {self.workdir} is in use by another run ({_describe(old)}; last heartbeat "
                     f"{age:.0f} s ago; lock {self.path}). Wait for it to finish, stop it, or use another "
                     f"--workdir. A lock left by a killed run is taken over after {self.stale_s:.0f} s.") from None
-            logging.warning("workdir lock %s of %s is stale (heartbeat %.0f s ago); taking it over", self.path,
-                            _describe(old), age)
+            logging.warning("workdir lock %s of %s is stale (heartbeat %.0f s ago, or its process on this host "
+                            "has exited); taking it over", self.path, _describe(old), age)
             try:
                 self._blob.upload_from_string(json.dumps(info), if_generation_match=self._blob.generation)
             except gexc.PreconditionFailed:
@@ -135,7 +148,7 @@ class WorkdirLock:
         self._info["heartbeat"] = time.time()
         try:
             self._blob.upload_from_string(json.dumps(self._info), if_generation_match=self._generation,
-                                          timeout=self.heartbeat_s)
+                                          timeout=min(self.heartbeat_s, 30.0), retry=None)  # next beat retries
             self._generation = self._blob.generation
             self._refreshed = time.time()
         except gexc.PreconditionFailed:
@@ -170,11 +183,11 @@ class WorkdirLock:
                 self._fd = None
         if self._thread is not None:
             self._stop.set()
-            self._thread.join(timeout=self.heartbeat_s + 5)
+            self._thread.join(timeout=1.0)  # a beat stuck on an unreachable store is a daemon: not waited for
             self._thread = None
             if not self.lost:
                 try:
-                    self._blob.delete(if_generation_match=self._generation, timeout=30)
+                    self._blob.delete(if_generation_match=self._generation, timeout=10, retry=None)
                 except Exception as e:  # Left behind, it goes stale after stale_s.
                     logging.warning("could not delete the workdir lock %s (%s); it expires after %.0f s",
                                     self.path, e, self.stale_s)

@@ -1,0 +1,222 @@
+"""gs:// workdirs against a real GCS API on loopback (fake-gcs-server): training, resume, metrics on an object store,
+the workdir lock, faults (missing bucket, no credentials, the store going away mid-run), the TPU VM launcher."""
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import tiny_config, write_image_folder
+from tests.gcs_emulator import Emulator
+from vit_jax_struct import storage
+from vit_jax_struct.train import checkpoint, lock, metrics, trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _losses(workdir):
+    return {r["step"]: r["train/loss"] for r in metrics.read_metrics(workdir) if "train/loss" in r}
+
+
+def test_train_into_a_bucket_preempt_resume_bitwise_then_analyse_and_report(gcs, tmp_path, monkeypatch, caplog):
+    bucket = gcs.bucket("train-bkt")
+    url = f"{bucket}/runs/tiny"
+    cfg = tiny_config(total_steps=8, checkpoint_every_steps=4, eval_every_steps=4, tensorboard=True)
+    trainer.train_and_evaluate(cfg, str(tmp_path / "local"))
+
+    original_save, sent = checkpoint.Checkpointer.save, []
+
+    def save_then_sigterm(self, step, state, it):
+        original_save(self, step, state, it)
+        if not sent:
+            sent.append(step)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_sigterm)
+    with pytest.raises(trainer.Preempted):
+        trainer.train_and_evaluate(cfg, url)
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", original_save)
+    with caplog.at_level(logging.INFO):
+        _, last = trainer.train_and_evaluate(cfg, url)
+    assert "resuming from checkpoint gs://train-bkt/runs/tiny/checkpoints/5 (step 5 of 8)" in caplog.text
+
+    records = metrics.read_metrics(url)
+    train_steps = [r["step"] for r in records if "train/loss" in r]
+    assert train_steps == list(range(1, 9))  # each step once, though steps 5.. ran in two processes' lifetimes
+    assert _losses(url) == _losses(str(tmp_path / "local"))  # bitwise
+    names = gcs.objects("train-bkt", "runs/tiny/")
+    for need in ("config.json", "metrics.jsonl", "final_metrics.json", "checkpoints/8/commit_success.txt"):
+        assert f"runs/tiny/{need}" in names, names
+    assert any(n.startswith("runs/tiny/tensorboard/events.out.tfevents") for n in names)
+    assert json.loads(storage.read_text(f"{url}/final_metrics.json"))["eval/accuracy"] == last["eval/accuracy"]
+    assert not os.path.exists(os.path.join(os.getcwd(), "gs:")) and not os.path.exists(os.path.join(ROOT, "gs:"))
+    # The lock is released (deleted) at the end of each run.
+    assert "runs/tiny/lock" not in names
+
+    # Analysis and the report read the run from the bucket and write there.
+    from vit_jax_struct import report
+    from vit_jax_struct.analysis import run as analysis_run
+
+    analysis_run.run_from_flags(url, None, None, 32, 16)
+    assert {"runs/tiny/analysis/analysis.json", "runs/tiny/analysis/report.md", "runs/tiny/analysis/cka.png"} <= \
+        set(gcs.objects("train-bkt", "runs/tiny/analysis/"))
+    assert report.main(["--runs", f"{bucket}/runs", "--out", f"{bucket}/report"]) == 0
+    assert "gs://train-bkt/runs/tiny" in storage.read_text(f"{bucket}/report/runs.csv")
+
+    # init_from a checkpoint step in the bucket (warm start), and data read from an image folder in the bucket.
+    root = write_image_folder(tmp_path / "imgs", classes=tuple("abcdefghij"), per_class=2, size=8)  # 10: as digits
+    for d, _, files in os.walk(root):
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), root)
+            with open(os.path.join(d, f), "rb") as fh:
+                storage.write_bytes(f"{bucket}/data/{rel}", fh.read())
+    warm = tiny_config(total_steps=1, init_from=f"{url}/checkpoints/8", **{
+        "data.source": "folder", "data.root": f"{bucket}/data", "data.num_classes": 0, "optim.warmup_steps": 0})
+    state, _ = trainer.train_and_evaluate(warm, str(tmp_path / "warm"))
+    assert int(state["step"]) == 1
+
+
+def test_metric_writer_on_a_bucket_rewrites_whole_objects_and_loses_only_unflushed_records(gcs):
+    url = gcs.bucket("metrics-bkt") + "/run"
+    w = metrics.MetricWriter(url, tensorboard=True, flush_secs=1e9)
+    for s in (1, 2, 3):
+        w.write(s, {"train/loss": 1.0 / s})
+    assert not storage.exists(f"{url}/metrics.jsonl")  # buffered: nothing uploaded before a flush
+    w.flush()
+    assert [r["step"] for r in metrics.read_metrics(url)] == [1, 2, 3]
+    assert any(n.startswith("run/tensorboard/events.out.tfevents") for n in gcs.objects("metrics-bkt", "run/"))
+    w.write(4, {"train/loss": 0.25})  # then the process dies without flushing (kill -9): step 4 is lost
+    w.active = False
+    assert [r["step"] for r in metrics.read_metrics(url)] == [1, 2, 3]
+    # A run resuming from step 2 drops the records past it (they are logged again), in one rewrite.
+    w2 = metrics.MetricWriter(url, tensorboard=False, resume_step=2, flush_secs=0)
+    assert [r["step"] for r in metrics.read_metrics(url)] == [1, 2]
+    w2.write(3, {"train/loss": 0.5})  # flush_secs=0: uploaded at once
+    assert [r["step"] for r in metrics.read_metrics(url)] == [1, 2, 3]
+    w2.close()
+
+
+def test_workdir_lock_on_a_bucket_refuses_a_second_run_and_takes_over_a_stale_one(gcs):
+    url = gcs.bucket("lock-bkt") + "/run"
+    a = lock.WorkdirLock(url, stale_s=60, heartbeat_s=60).acquire()
+    with pytest.raises(lock.WorkdirBusyError, match=rf"in use by another run \(host \S+, PID {os.getpid()}, since "):
+        lock.WorkdirLock(url).acquire()
+    a.release()
+    assert "run/lock" not in gcs.objects("lock-bkt")
+    # A holder killed without releasing: its heartbeat stops and the lock goes stale.
+    dead = lock.WorkdirLock(url, stale_s=0.5, heartbeat_s=3600).acquire()
+    time.sleep(0.7)
+    b = lock.WorkdirLock(url, stale_s=0.5, heartbeat_s=3600).acquire()  # takes it over
+    assert not dead.refresh() and "taken over" in dead.lost  # the old holder notices at its next heartbeat
+    with pytest.raises(lock.WorkdirBusyError, match="taken over by another run; stopping"):
+        dead.check()
+    b.check()
+    b.release()
+    dead._thread = None  # never started a second time; nothing to join
+
+
+def test_local_lock_names_the_holder_and_is_freed_by_kill_9(tmp_path):
+    wd = tmp_path / "w"
+    code = ("import sys, time; from vit_jax_struct.train import lock; lock.WorkdirLock(sys.argv[1]).acquire(); "
+            "print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(wd)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(lock.WorkdirBusyError, match=rf"PID {holder.pid}, since 20"):
+            lock.WorkdirLock(str(wd)).acquire()
+        with pytest.raises(lock.WorkdirBusyError, match=rf"workdir {wd} is in use by another run"):
+            trainer.train_and_evaluate(tiny_config(total_steps=2), str(wd))  # a second run fails at once
+        assert sorted(os.listdir(wd)) == ["lock"]  # and wrote nothing
+    finally:
+        holder.kill()  # SIGKILL: no clean-up ran, the kernel dropped the flock
+        holder.wait()
+    lock.WorkdirLock(str(wd)).acquire().release()
+
+
+def test_missing_bucket_and_missing_credentials_fail_at_start_naming_the_url(gcs, tmp_path, monkeypatch):
+    with pytest.raises(storage.StorageError, match=r"workdir gs://no-such-bucket/run: bucket gs://no-such-bucket "
+                                                   r"does not exist"):
+        trainer.train_and_evaluate(tiny_config(total_steps=2), "gs://no-such-bucket/run")
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-key.json"))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")  # never probe a metadata server
+    with pytest.raises(storage.StorageError, match=r"no Google Cloud credentials for gs:// paths"):
+        storage.check_workdir("gs://some-bucket/run")
+
+
+def test_store_going_away_stops_the_run_and_the_same_command_resumes(tmp_path):
+    emu = Emulator(root=str(tmp_path / "gcs")).start()
+    emu.bucket("outage")
+    env = {**os.environ, **emu.env(), "JAX_PLATFORMS": "cpu"}
+    args = [sys.executable, "main.py", "--config=configs/default.py", "--workdir=gs://outage/run",
+            "--config.total_steps=1500", "--config.checkpoint_every_steps=500", "--config.log_every_steps=50",
+            "--config.eval_every_steps=0", "--config.data.eval_examples=32", "--config.tensorboard=False",
+            "--config.metrics_flush_secs=0", "--config.checkpoint_timeout_s=60", "--config.model.depth=1",
+            "--config.model.width=32", "--config.model.mlp_dim=64", "--config.model.num_heads=2",
+            "--config.data.image_size=8", "--config.pp.pad=1", "--config.batch_size=16"]
+    marker = os.path.join(emu.root, "data", "outage", "run", "checkpoints", "500", "commit_success.txt")
+    p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 240
+        while not os.path.exists(marker) and p.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(marker), "no checkpoint reached the bucket"
+        emu.stop()  # the store goes away mid-run
+        t0 = time.time()
+        out, _ = p.communicate(timeout=300)
+        stopped_after = time.time() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, out[-3000:]
+    err = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and "gs://outage/run" in err[0], out[-3000:]
+    assert stopped_after < 90, stopped_after  # gcsfs retries for about 35 s, then the run stops
+    print(f"stopped {stopped_after:.1f} s after the store went away")
+    emu.start()  # the same bucket, back
+    t0 = time.time()
+    r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    emu.stop()
+    print(f"resumed run: {time.time() - t0:.1f} s")
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = [line for line in r.stderr.splitlines() if "resuming from checkpoint" in line]
+    assert m and ("(step 500 of 1500)" in m[0] or "(step 1000 of 1500)" in m[0]), r.stderr[-2000:]
+
+
+def test_tpu_vm_launcher_issues_the_commands_for_every_worker_and_refuses_a_local_workdir(tmp_path):
+    stub = tmp_path / "bin" / "gcloud"
+    stub.parent.mkdir()
+    log = tmp_path / "calls.txt"
+    stub.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n'
+                    'case "$*" in *describe*) echo "10.0.0.1;10.0.0.2;10.0.0.3;10.0.0.4";; esac\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}"}
+    sh = os.path.join(ROOT, "launch", "tpu_vm.sh")
+
+    def run(*a):
+        return subprocess.run(["bash", sh, *a], env=env, capture_output=True, text=True, timeout=120)
+
+    assert run("create", "vit-l", "us-central2-b", "v4-32").returncode == 0
+    assert run("setup", "vit-l", "us-central2-b").returncode == 0
+    assert run("run", "vit-l", "us-central2-b", "configs/vit_l16.py", "gs://bkt/runs/l16",
+               "--config.seed=1").returncode == 0
+    assert run("delete", "vit-l", "us-central2-b").returncode == 0
+    calls = log.read_text().splitlines()
+    assert calls[0] == ("compute tpus tpu-vm create vit-l --accelerator-type=v4-32 --version=tpu-ubuntu2204-base "
+                        "--zone=us-central2-b")
+    assert calls[1].startswith("compute tpus tpu-vm scp /tmp/vit_jax_struct.tgz vit-l:/tmp/ --worker=all")
+    assert calls[2].startswith("compute tpus tpu-vm ssh vit-l --worker=all --command=mkdir -p ~/vit_jax_struct")
+    assert "pip install -q -r requirements.txt" in calls[2]
+    assert calls[3].startswith("compute tpus tpu-vm describe vit-l")
+    assert calls[4].startswith("compute tpus tpu-vm ssh vit-l --worker=all --command=cd ~/vit_jax_struct && nohup")
+    assert "--config=configs/vit_l16.py --workdir=gs://bkt/runs/l16 --config.multihost=True --config.seed=1" \
+        in calls[4]
+    assert calls[5] == "compute tpus tpu-vm delete vit-l --quiet --zone=us-central2-b"
+    bad = run("run", "vit-l", "us-central2-b", "configs/vit_l16.py", "/tmp/runs/l16")
+    assert bad.returncode == 2 and "has 4 hosts" in bad.stderr and "separate disk on each" in bad.stderr
+    assert len(log.read_text().splitlines()) == 7  # only the describe: nothing was started
