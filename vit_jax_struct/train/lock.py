@@ -8,7 +8,8 @@ therefore fails at once with `WorkdirBusyError` naming the holder (host, PID, si
 - Object store (`gs://…`): the object `workdir/lock`, created only if absent (`ifGenerationMatch=0`) and rewritten
   every `heartbeat_s` seconds by a background thread (with `ifGenerationMatch=<its generation>`, so two writers
   cannot both believe they hold it). A lock whose heartbeat is older than `stale_s` (its holder was killed) is
-  taken over, also by a generation-matched write; so is one whose holder ran on this host and has exited. A holder that finds its lock taken over (or cannot refresh it)
+  taken over, also by a generation-matched write; so is one whose holder ran on this host and has exited. A
+  holder that finds its lock taken over (or cannot refresh it)
   sets `lost`; the train loop checks it and stops.
 """
 
