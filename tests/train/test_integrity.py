@@ -169,10 +169,10 @@ def test_resume_after_kill_9_drops_the_records_past_the_checkpoint(tmp_path):
 def test_rerunning_a_finished_run_writes_nothing(tmp_path):
     cfg = tiny_config(total_steps=4, checkpoint_every_steps=2, tensorboard=True)
     _, last = trainer.train_and_evaluate(cfg, str(tmp_path))
-    before = {p: open(p, "rb").read() for p in (tmp_path / "final_metrics.json", tmp_path / "metrics.jsonl")}
+    before = {p: p.read_bytes() for p in (tmp_path / "final_metrics.json", tmp_path / "metrics.jsonl")}
     events = sorted(os.listdir(tmp_path / "tensorboard"))
     _, again = trainer.train_and_evaluate(cfg, str(tmp_path))
-    assert {p: open(p, "rb").read() for p in before} == before
+    assert {p: p.read_bytes() for p in before} == before
     assert sorted(os.listdir(tmp_path / "tensorboard")) == events
     final = json.loads((tmp_path / "final_metrics.json").read_text())
     assert {"train/loss", "eval/accuracy"} <= set(final) and again["eval/accuracy"] == last["eval/accuracy"]

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from vit_jax_struct import storage
 from vit_jax_struct.train import distributed, metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,14 +42,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(workdir, total_steps, ids=(0, 1), timeout_s=60, limit_s=600):
-    """Runs `main.py` as processes `ids` of a 2-process run; returns `[(returncode, log text)]` per process."""
+def _launch(workdir, total_steps, ids=(0, 1), timeout_s=60, limit_s=600, log_dir=None):
+    """Runs `main.py` as processes `ids` of a 2-process run; returns `[(returncode, log text)]` per process.
+    Logs go beside a local workdir, or into `log_dir`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(XLA_FLAGS=XLA_FLAGS, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
     port = _free_port()
     procs, logs = [], []
     for i in ids:
-        logs.append(f"{workdir}.p{i}.log")
+        logs.append(f"{log_dir}/p{i}.log" if log_dir else f"{workdir}.p{i}.log")
         with open(logs[-1], "w") as log:
             procs.append(subprocess.Popen(
                 [sys.executable, "main.py", *TINY, f"--workdir={workdir}", f"--config.total_steps={total_steps}",
@@ -140,3 +142,29 @@ def test_check_joined_names_what_was_expected_and_found():
         distributed.initialize({"coordinator_address": "127.0.0.1:1", "num_processes": 2, "process_id": 2})
     with pytest.raises(ValueError, match=r"timeout_s 0.0 must be positive"):
         distributed.initialize({"timeout_s": 0})
+
+
+def test_two_processes_on_a_bucket_resume_bitwise_and_only_process_0_writes_metrics(gcs, tmp_path):
+    """The pod set-up: both processes write one checkpoint into a gs:// workdir (the GCS emulator), then the run is
+    rolled back to its step-2 checkpoint as if both hosts had died after writing it, and relaunched."""
+    url = gcs.bucket("multihost") + "/run"
+    _ok(_launch(url, 4, log_dir=tmp_path))
+    la = _train_losses(url)
+    fa = json.loads(storage.read_text(f"{url}/final_metrics.json"))
+    assert [s for s, _ in la] == [1, 2, 3, 4]
+    names = gcs.objects("multihost", "run/")
+    assert {"run/checkpoints/4/data/process_0-of-2.json", "run/checkpoints/4/data/process_1-of-2.json",
+            "run/checkpoints/4/commit_success.txt", "run/config.json", "run/metrics.jsonl"} <= set(names)
+    assert any(n.startswith("run/checkpoints/4/state/ocdbt.process_1/") for n in names)
+    assert len([n for n in names if n.startswith("run/tensorboard/")]) == 1  # process 0's event file only
+    # Both hosts die after checkpoint 2: step 4's checkpoint and final_metrics.json never reached the bucket; the
+    # records of steps 3 and 4 did (the relaunch drops and rewrites them).
+    storage.remove(f"{url}/final_metrics.json")
+    import gcsfs
+
+    gcsfs.GCSFileSystem().rm(f"{url}/checkpoints/4", recursive=True)
+    log_b0, log_b1 = _ok(_launch(url, 4, log_dir=tmp_path))
+    assert "resuming from checkpoint gs://multihost/run/checkpoints/2 (step 2 of 4)" in log_b0
+    assert _train_losses(url) == la  # bitwise, each step once
+    fb = json.loads(storage.read_text(f"{url}/final_metrics.json"))
+    assert (fa["eval/accuracy"], fa["eval/loss"]) == (fb["eval/accuracy"], fb["eval/loss"])
