@@ -2,7 +2,8 @@
 restore time to a local folder and to a gs:// bucket on the GCS emulator (fake-gcs-server on 127.0.0.1, as in the
 tests), and the step-time overhead of an asynchronous save during training.
 
-    python benchmarks/checkpoint_io.py [--image_size=64] [--batch=8] [--steps=6] [--out=benchmarks/results/checkpoint_io.jsonl]
+    python benchmarks/checkpoint_io.py [--image_size=64] [--batch=8] [--steps=6] \
+        [--out=benchmarks/results/checkpoint_io.jsonl]
 
 The emulator stores objects on the local disk through HTTP, so its figures are an upper bound of the client-side
 cost (serialisation, request handling, tensorstore's OCDBT writes), not of Cloud Storage's bandwidth. Training uses

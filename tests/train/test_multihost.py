@@ -163,7 +163,7 @@ def test_two_processes_on_a_bucket_resume_bitwise_and_only_process_0_writes_metr
     import gcsfs
 
     gcsfs.GCSFileSystem().rm(f"{url}/checkpoints/4", recursive=True)
-    log_b0, log_b1 = _ok(_launch(url, 4, log_dir=tmp_path))
+    log_b0, _ = _ok(_launch(url, 4, log_dir=tmp_path))
     assert "resuming from checkpoint gs://multihost/run/checkpoints/2 (step 2 of 4)" in log_b0
     assert _train_losses(url) == la  # bitwise, each step once
     fb = json.loads(storage.read_text(f"{url}/final_metrics.json"))
