@@ -3,7 +3,7 @@
     python -m vit_jax_struct.report --runs=runs/cifar_ablations [--runs=OTHER …] --out=docs/results
 
 Reads every workdir below the given folders (a folder with `config.json` and `metrics.jsonl`), takes its last
-`eval/accuracy`, and for each catalog row of DESIGN.md that the runs cover (J1 positional attention, J2/J3 permuted
+`eval/accuracy`, and for each catalog row that the runs cover (J1 positional attention, J2/J3 permuted
 patches for ViT/CNN, R3 skip removal, R5 GAP vs CLS, R2/R7 data size) compares the treatment arm with the matching
 baseline arm (same model family, step budget and remaining knobs; accuracies averaged over seeds) and states the
 effect beside the paper's, with a verdict.
