@@ -8,7 +8,7 @@ Datasets prepared the usual way (`tfds build imagenet2012`, or downloaded from a
     python -m vit_jax_struct.data.prepare --tfds=imagenet2012:5.1.0 --data_dir=gs://bucket/tfds --out_dir=/data/tfds
 
 Records are read with the TFRecord reader of `vit_jax_struct.data.tfrecord` (CRC-checked, `etils.epath` paths, so
-`gs://` works with `gcsfs` installed: `pip install -r requirements-prepare.txt`) and written with TFDS' own
+`gs://` works through gcsfs, installed by requirements.txt) and written with TFDS' own
 `ArrayRecordFileAdapter` (array_record `group_size:1`, as `tfds build` does). The serialized `tf.train.Example`
 bytes are copied unchanged, so the converted dataset decodes exactly as the original.
 
