@@ -87,7 +87,18 @@ def _parse_flags(argv):
     except Exception as e:
         if _traceback_requested():
             raise
-        _fail(str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__, USAGE_EXIT)
+        _fail(_flag_error_line(e, argv), USAGE_EXIT)
+
+
+def _flag_error_line(e: Exception, argv) -> str:
+    """One readable line for a flag-parsing error; an unknown config key (ml_collections raises an AttributeError
+    whose text is a quoted KeyError with a suggestion) names the flag and the suggestion."""
+    text = str(e).strip()
+    if isinstance(e, AttributeError) and text.startswith(("'", '"')):
+        key, _, hint = text.strip("'\"").replace("\\'", "'").replace("\\n", "\n").partition("\n")
+        bad = next((a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.") and key.strip("'") in a), None)
+        return f"unknown config key {bad or key}" + (f": {hint.strip()}" if hint else "")
+    return text.splitlines()[-1] if text else type(e).__name__
 
 
 def main(argv):
