@@ -249,7 +249,10 @@ def check_workdir(workdir, timeout_s: float = 60.0) -> None:
         return
     p = path(workdir)  # Validates the scheme.
     bucket, _ = gcs_bucket_and_key(str(p))
-    client = gcs_client()
+    try:
+        client = gcs_client()
+    except StorageError as e:
+        raise StorageError(f"workdir {workdir}: {e}") from e
     try:
         found = client.lookup_bucket(bucket, timeout=timeout_s, retry=None)
     except Exception as e:

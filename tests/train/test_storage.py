@@ -145,7 +145,7 @@ def test_missing_bucket_and_missing_credentials_fail_at_start_naming_the_url(gcs
     monkeypatch.delenv("STORAGE_EMULATOR_HOST")
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-key.json"))
     monkeypatch.setenv("NO_GCE_CHECK", "True")  # never probe a metadata server
-    with pytest.raises(storage.StorageError, match=r"no Google Cloud credentials for gs:// paths"):
+    with pytest.raises(storage.StorageError, match=r"workdir gs://some-bucket/run: no Google Cloud credentials"):
         storage.check_workdir("gs://some-bucket/run")
 
 
