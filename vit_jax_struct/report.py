@@ -3,10 +3,10 @@
     python -m vit_jax_struct.report --runs=runs/cifar_ablations [--runs=OTHER …] --out=docs/results
 
 Reads every workdir below the given folders (a folder with `config.json` and `metrics.jsonl`), takes its last
-`eval/accuracy`, and for each catalog row that the runs cover (J1 positional attention, J2/J3 permuted
-patches for ViT/CNN, R3 skip removal, R5 GAP vs CLS, R2/R7 data size) compares the treatment arm with the matching
-baseline arm (same model family, step budget and remaining knobs; accuracies averaged over seeds) and states the
-effect beside the paper's, with a verdict.
+`eval/accuracy`, and for each comparison of the catalog (`vit_jax_struct/catalog.py:COMPARISONS`: J1 positional
+attention, J2/J3 permuted patches for ViT/CNN, R3 skip removal, R5 GAP vs CLS, R2/R7 data size) compares the
+treatment arm with the matching baseline arm (same model family, step budget and remaining knobs; accuracies
+averaged over seeds) and states the effect beside the paper's, with a verdict.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import statistics
 import sys
 
-from vit_jax_struct import storage
+from vit_jax_struct import catalog, storage
 from vit_jax_struct.train import metrics
 
 COLUMNS = ("run", "model", "attention", "classifier", "skip_ablation", "permute_patches", "train_fraction", "seed",
@@ -68,21 +68,9 @@ def find_runs(roots) -> list[dict]:
 BASE = {"attention": "standard", "classifier": "token", "skip_ablation": "-", "permute_patches": False,
         "train_fraction": 1.0}
 
-# id, paper row, family, treatment knobs, the paper's finding, verdict rule on Δ (points): same sign / small.
-CATALOG = [
-    ("J1", "positional vs standard attention (ViT)", "vit", {"attention": "positional"},
-     "≈ equal on CIFAR-10/100, SVHN; −3.0 on ImageNet (Jelassi et al. Table 1)", "small"),
-    ("J2", "permuted vs original patches (ViT)", "vit", {"permute_patches": True},
-     "no clear effect (Jelassi et al. §6)", "small"),
-    ("J3", "permuted vs original patches (CNN)", "cnn", {"permute_patches": True},
-     "CNNs lose accuracy (Jelassi et al. §6)", "negative"),
-    ("R3", "skip connections removed in a middle block (ViT)", "vit", {"skip_ablation": "*"},
-     "≈ −4 % top-1 (Raghu et al. §5)", "negative"),
-    ("R5", "GAP vs CLS classifier (ViT)", "vit", {"classifier": "gap"},
-     "both train; CLS localizes better (Raghu et al. §6)", "small"),
-    ("R2/R7", "train_fraction < 1 vs all data (ViT)", "vit", {"train_fraction": "<1"},
-     "less data → lower accuracy, higher layers diverge (Raghu et al. §7)", "negative"),
-]
+# id, what, family, treatment knobs, the paper's finding, verdict rule on Δ (points): from the catalog
+# (vit_jax_struct/catalog.py: COMPARISONS, and the rows' numbers for "paper says").
+CATALOG = [(c.id, c.what, c.family, c.knobs, catalog.paper_says(c.rows), c.rule) for c in catalog.COMPARISONS]
 
 
 # A directional effect smaller than this (accuracy points) is not called either way: about the seed-to-seed spread of
