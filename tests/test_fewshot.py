@@ -76,3 +76,17 @@ def test_training_logs_fewshot_accuracy(tmp_path):
         assert 0.0 <= r["fewshot/digits_1shot"] <= 1.0 and 0.0 <= r["fewshot/digits_5shot"] <= 1.0
     assert recs[-1]["fewshot/digits_5shot"] > 0.1  # above chance (10 classes) on the digits' pre-logits
     assert last["fewshot/digits_5shot"] == recs[-1]["fewshot/digits_5shot"]
+
+
+def test_fewshot_datasets_default_to_the_runs_own_data_and_reject_unknown_keys():
+    from vit_jax_struct.train import fewshot_eval
+
+    cfg = tiny_config()
+    specs = fewshot_eval.dataset_specs(cfg)
+    assert list(specs) == ["digits"] and specs["digits"].train_split == "train" and specs["digits"].eval_split == "test"
+    cfg.fewshot.datasets = {"c100": {"source": "tfds", "name": "cifar100", "test_split": "test[:1000]"}}
+    d = fewshot_eval.dataset_specs(cfg)["c100"]
+    assert (d.source, d.name, d.train_split, d.eval_split) == ("tfds", "cifar100", "train", "test[:1000]")
+    cfg.fewshot.datasets = {"bad": {"split": "train"}}
+    with pytest.raises(ValueError, match="unknown keys"):
+        fewshot_eval.dataset_specs(cfg)
