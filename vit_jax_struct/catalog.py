@@ -172,7 +172,9 @@ ROWS = (
         "with less pretraining data the lower layers do not learn local heads (attention distance stays large), "
         "and accuracy is lower", "ImageNet-only ViT-L/16 has no local early heads; JFT does",
         "`data.train_fraction` + analysis: mean attention distance per head",
-        f"{SWEEP} --only=train_fraction && {ANALYZE}  # per data size", ANALYZE_PUBLISHED,
+        f"{SWEEP} --only=train_fraction && {ANALYZE}  # per data size",
+        "python main.py --mode=analyze --config=configs/vit_l16.py:folder=IMAGENET --config.data.eval_split=val "
+        "--config.init_from=ViT-L_16.npz --workdir=OUT  # an ImageNet-21k checkpoint; then an ImageNet-1k-only one",
         comparisons=("R2/R7",), results=("docs/results/analysis/README.md",),
         plots=("docs/results/analysis/vit_cifar10_4k_vs_resnet18w16/attention_distance.png",),
         pending="accuracy is measured (scoreboard); the attention-distance mechanism of the 10/30/100 % models is "
@@ -211,7 +213,7 @@ ROWS = (
         "python main.py --config=configs/vit_b16.py:data=i21k --config.fewshot.every_steps=10000 --workdir=RUN  "
         "# vs configs/vit_b16.py (ImageNet-1k)",
         results=("docs/results/analysis/README.md",),
-        pending="not measured yet: the few-shot evaluator exists (`config.fewshot`), the data-size runs with it "
+        pending="the few-shot evaluator exists (`config.fewshot`), the data-size runs with it "
                 "(on a downstream task other than the pretraining one) are still to be run; the paper's JFT "
                 f"comparison {ACCEL}"),
     Row("R7", RAGHU, "§7, Figure 13", "smaller pretraining subsets: higher layers diverge",
@@ -310,7 +312,9 @@ def render(runs_csv: str = os.path.join(REPO, "docs", "results", "runs.csv")) ->
     for row in ROWS:
         lines += ["", f"## {row.id}", "", f"**{row.title}** — {row.paper}, {row.section}.", "",
                   f"- Paper: {row.claim}. Number: {row.number}.", f"- Knob: {row.knob}.",
-                  f"- Small scale (CPU): `{row.small}`", f"- Full scale: `{row.full}`"]
+                  f"- Small scale (CPU): `{row.small}`",
+                  f"- Full scale: {row.full}" if row.full.startswith("same") else
+                  f"- Full scale (the paper's setting; {ACCEL}): `{row.full}`"]
         ms = [m for m in measured if m["id"] in row.comparisons]
         if ms:
             lines += ["", "| comparison | model | baseline | treatment | Δ (points) | verdict |",
