@@ -39,3 +39,38 @@ def test_experiments_doc_is_up_to_date():
     for link in re.findall(r"\]\(((?:results)/[^)]+)\)", text):  # every linked plot/page exists
         assert os.path.exists(os.path.join(ROOT, "docs", link.replace("%20", " "))), link
     assert "DESIGN.md" not in text and "../shared" not in text
+
+
+def _load(spec):
+    import importlib.util
+
+    path, _, arg = spec.partition(":")
+    mod_spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, path))
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module.get_config(arg or None)
+
+
+def test_catalog_commands_name_existing_configs_and_keys():
+    """Every `python main.py` command loads its config file and every `--config.<key>` it sets exists there."""
+    checked = 0
+    for r in catalog.ROWS:
+        for cmd in (r.small, r.full):
+            for part in cmd.split("&&"):
+                tokens = part.split("#")[0].split()
+                if tokens[:2] != ["python", "main.py"]:
+                    continue
+                flags = dict(t[2:].split("=", 1) for t in tokens[2:] if t.startswith("--") and "=" in t)
+                cfg = _load(flags.get("config", "configs/default.py"))
+                for k in (k for k in flags if k.startswith("config.")):
+                    node = cfg
+                    for p in k.split(".")[1:]:
+                        assert p in node, f"{r.id}: --{k} is not a config key"
+                        node = node[p]
+                checked += 1
+            for s in re.findall(r"--set=([\w.]+)=", cmd):  # sweep-level overrides
+                node = _load("configs/cifar10_vit.py")
+                for p in s.split("."):
+                    assert p in node, f"{r.id}: --set={s} is not a config key"
+                    node = node[p]
+    assert checked >= 20
