@@ -114,6 +114,20 @@ def base() -> ml_collections.ConfigDict:
     c.optim.eps = 1e-8
     c.optim.mu_dtype = ""             # Adam first-moment dtype: "" (= params, float32) or "bfloat16"
     c.optim.grad_clip_norm = 1.0      # 0: no clipping
+
+    # Few-shot linear evaluation of the frozen pre-logits during training (big_vision's `fewshot` evaluator:
+    # closed-form ridge on {-1, +1} targets, vit_jax_struct/train/fewshot_eval.py), logged as fewshot/<name>_<k>shot.
+    c.fewshot = ml_collections.ConfigDict()
+    c.fewshot.every_steps = 0         # 0: off; N: every N steps and at the last step
+    c.fewshot.shots = (1, 5, 10, 25)  # k examples per class
+    c.fewshot.repeats = 3             # shot draws per k (seeds seed, seed+1, ...); the accuracy is their mean
+    c.fewshot.l2_grid = tuple(2.0 ** e for e in range(-10, 11, 2))  # ridge lambda candidates, 2^-10 ... 2^10
+    c.fewshot.train_examples = 2000   # train images (evenly spread) the shots and held-out examples come from
+    c.fewshot.holdout_examples = 500  # of those, kept for choosing lambda (never among the shots)
+    c.fewshot.test_examples = 1000    # test images (evenly spread; 0: the whole split)
+    # {name: {source, name, root, train_split, test_split}}; keys not given: the run's config.data. Empty: the run's
+    # own data (train_split for the shots, eval_split as the test split), named data.name / the folder's base name.
+    c.fewshot.datasets = ml_collections.ConfigDict()
     return c
 
 

@@ -4,6 +4,9 @@
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run      # run all
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py:short --root=… --run --only=permute
     python launch/sweep.py --sweep=… --root=gs://bucket/sweep --tpu=NAME,ZONE                               # TPU VM
+    # Smoke sweep in minutes: sweep-level overrides that win over the sweep file's and every run's own.
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=/tmp/smoke --run \
+        --set=total_steps=20 --set=eval_every_steps=10 --set=data.eval_examples=256 --set=optim.warmup_steps=2
 
 A sweep file defines `get_sweep(arg) -> dict(config=…, overrides={…}, runs=[{name, overrides, [config]}, …])`;
 `grid(**axes)` builds the runs of a Cartesian product. Every run gets its own workdir `ROOT/<name>`; local runs go
@@ -64,13 +67,33 @@ def load_sweep(spec: str) -> dict:
     return sweep
 
 
-def commands(sweep: dict, root: str, python: str = sys.executable, multihost: bool = False) -> list[tuple]:
-    """`[(name, workdir, argv)]` for every run: shared overrides first, the run's own after (they win)."""
+def parse_sets(sets) -> dict:
+    """`["key=value", …]` (the `--set` flags) → `{key: value}` (values stay strings, parsed by the config flags).
+
+    Raises:
+      ValueError: an entry without `=` or with an empty key.
+    """
+    out = {}
+    for s in sets or ():
+        key, eq, value = s.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--set {s!r} is not key=value (e.g. --set=total_steps=20)")
+        out[key.strip().removeprefix("config.")] = value
+    return out
+
+
+def commands(sweep: dict, root: str, python: str = sys.executable, multihost: bool = False,
+             sets: dict | None = None) -> list[tuple]:
+    """`[(name, workdir, argv)]` for every run.
+
+    Override order (a later one wins): the sweep's shared `overrides`, the run's own, then `sets` (the command
+    line's `--set`, for every run: e.g. a smoke sweep's `total_steps`, `eval_every_steps`, `data.eval_examples`).
+    """
     out = []
     for run in sweep["runs"]:
         workdir = storage.join(root, run["name"])
         argv = [python, "main.py", f"--config={run.get('config', sweep['config'])}", f"--workdir={workdir}"]
-        for k, v in {**sweep.get("overrides", {}), **run["overrides"]}.items():
+        for k, v in {**sweep.get("overrides", {}), **run["overrides"], **(sets or {})}.items():
             argv.append(f"--config.{k}={v}")
         if multihost:
             argv.append("--config.multihost=True")
@@ -85,9 +108,12 @@ def main(argv=None):
     ap.add_argument("--run", action="store_true", help="run locally, one after another")
     ap.add_argument("--only", default="", help="only runs whose name contains this")
     ap.add_argument("--tpu", default="", help="NAME,ZONE: print launch/tpu_vm.sh commands for a TPU VM")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override for every run, winning over the sweep's (repeatable)")
     args = ap.parse_args(argv)
     sweep = load_sweep(args.sweep)
-    cmds = [c for c in commands(sweep, args.root, multihost=bool(args.tpu)) if args.only in c[0]]
+    cmds = [c for c in commands(sweep, args.root, multihost=bool(args.tpu), sets=parse_sets(args.set))
+            if args.only in c[0]]
     if args.tpu:
         name, zone = args.tpu.split(",")
         for _, workdir, cmd in cmds:

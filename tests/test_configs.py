@@ -190,3 +190,29 @@ def test_finetune_recipe_is_the_vit_papers():
     cfg.name = "lamb"
     with pytest.raises(ValueError, match=r"optim.name 'lamb' is not one of"):
         optim.make_optimizer(cfg, 10)
+
+
+def test_sweep_set_overrides_every_run_for_a_smoke_sweep(tmp_path, capsys):
+    from launch import sweep
+    from vit_jax_struct.train import validate
+
+    sets = ["total_steps=20", "eval_every_steps=10", "data.eval_examples=256", "optim.warmup_steps=2"]
+    sw = sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar_ablations.py"))
+    cmds = sweep.commands(sw, str(tmp_path), sets=sweep.parse_sets(sets))
+    assert len(cmds) == 12
+    for (_, _, argv), run in zip(cmds, sw["runs"], strict=True):
+        flags = [a for a in argv if a.startswith("--config.")]
+        for s in sets:  # once each, winning over the run's own (ResNet arms set eval_every_steps, data.eval_examples)
+            key = s.split("=")[0]
+            assert [f for f in flags if f.startswith(f"--config.{key}=")] == [f"--config.{s}"]
+        path, _, arg = run["config"].partition(":")
+        c = load(path, arg)
+        apply_overrides(c, {**sw["overrides"], **run["overrides"], "total_steps": 20, "eval_every_steps": 10,
+                            "data.eval_examples": 256, "optim.warmup_steps": 2})
+        validate.validate(c)
+    assert sweep.main([f"--sweep={ROOT}/configs/sweeps/cifar_ablations.py", f"--root={tmp_path}", "--only=gap",
+                       *[f"--set={s}" for s in sets]]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and "--config.total_steps=20" in printed[0] and "classifier=gap" in printed[0]
+    with pytest.raises(ValueError, match="key=value"):
+        sweep.parse_sets(["total_steps"])

@@ -55,4 +55,48 @@ def test_scoreboard_compares_arms_and_writes_tables(tmp_path):
     assert "| J3 |" in text and "python launch/sweep.py" in text
     with open(csv_path) as f:
         assert f.read().count("\n") == 11
-    assert report.main(["--runs", root, "--out", str(tmp_path / "out2")]) == 0
+    assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0
+
+
+def _curve_run(root, name, seed=0, **model_kw):
+    """A workdir whose metrics.jsonl has train loss, eval accuracy and few-shot accuracy at several steps."""
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    model = {"name": "vit", "variant": "Ti/8", "attention": "standard", "classifier": "token", "skip_ablation": "",
+             **model_kw}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"seed": seed, "model": model, "data": {"permute_patches": False, "train_fraction": 0.0}}, f)
+    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+        for step in (10, 20, 30, 40):
+            f.write(json.dumps({"step": step, "train/loss": 2.3 - step / 40}) + "\n")
+            if step % 20 == 0:
+                f.write(json.dumps({"step": step, "eval/accuracy": step / 100, "eval/loss": 2.0,
+                                    "fewshot/cifar10_1shot": step / 200, "fewshot/cifar10_10shot": step / 150}) + "\n")
+
+
+def test_report_writes_training_curve_pngs(tmp_path):
+    from vit_jax_struct.analysis import plots
+    from vit_jax_struct.train import metrics
+
+    root = str(tmp_path / "runs")
+    _curve_run(root, "base0")
+    _curve_run(root, "gap0", classifier="gap")
+    recs = metrics.read_metrics(os.path.join(root, "base0"))
+    assert plots.fewshot_keys(recs) == ["fewshot/cifar10_1shot", "fewshot/cifar10_10shot"]
+    steps, acc = plots._series(recs, "fewshot/cifar10_10shot")
+    assert steps.tolist() == [20, 40] and acc.tolist() == pytest.approx([20 / 150, 40 / 150])
+    out = str(tmp_path / "out")
+    assert report.main(["--runs", root, "--out", out]) == 0
+    files = sorted(os.listdir(os.path.join(out, "curves")))
+    assert files == ["R5_GAP_vs_CLS_classifier_ViT.png", "base0.png", "gap0.png"]
+    for f in files:
+        with open(os.path.join(out, "curves", f), "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    img = matplotlib.image.imread(os.path.join(out, "curves", "base0.png"))
+    assert img.shape[1] > 1000 and img[..., :3].std() > 0.05  # three panels drawn, not a blank canvas
+    with open(os.path.join(out, "scoreboard.md")) as f:
+        assert "(curves/R5_GAP_vs_CLS_classifier_ViT.png)" in f.read()
+    with pytest.raises(ValueError, match="at least one run"):
+        plots.training_curves({}, os.path.join(out, "x.png"), "empty")

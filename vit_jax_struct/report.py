@@ -1,12 +1,13 @@
 """Scoreboard: a markdown + CSV table of runs' ablation knobs and final metrics, and the catalog rows' verdicts.
 
-    python -m vit_jax_struct.report --runs=runs/cifar_ablations [--runs=OTHER …] --out=docs/results
+    python -m vit_jax_struct.report --runs=runs/cifar_ablations [--runs=OTHER …] --out=docs/results [--no-curves]
 
 Reads every workdir below the given folders (a folder with `config.json` and `metrics.jsonl`), takes its last
-`eval/accuracy`, and for each catalog row that the runs cover (J1 positional attention, J2/J3 permuted
-patches for ViT/CNN, R3 skip removal, R5 GAP vs CLS, R2/R7 data size) compares the treatment arm with the matching
-baseline arm (same model family, step budget and remaining knobs; accuracies averaged over seeds) and states the
-effect beside the paper's, with a verdict.
+`eval/accuracy`, and for each comparison of the catalog (`vit_jax_struct/catalog.py:COMPARISONS`: J1 positional
+attention, J2/J3 permuted patches for ViT/CNN, R3 skip removal, R5 GAP vs CLS, R2/R7 data size) compares the
+treatment arm with the matching baseline arm (same model family, step budget and remaining knobs; accuracies
+averaged over seeds) and states the effect beside the paper's, with a verdict. PNG training curves (train loss, eval
+accuracy, few-shot accuracy vs step) go to `OUT/curves/`, per run and overlaid per comparison.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import argparse
 import csv
 import io
 import json
+import re
 import statistics
 import sys
 
-from vit_jax_struct import storage
+from vit_jax_struct import catalog, storage
 from vit_jax_struct.train import metrics
 
 COLUMNS = ("run", "model", "attention", "classifier", "skip_ablation", "permute_patches", "train_fraction", "seed",
@@ -68,21 +70,9 @@ def find_runs(roots) -> list[dict]:
 BASE = {"attention": "standard", "classifier": "token", "skip_ablation": "-", "permute_patches": False,
         "train_fraction": 1.0}
 
-# id, paper row, family, treatment knobs, the paper's finding, verdict rule on Δ (points): same sign / small.
-CATALOG = [
-    ("J1", "positional vs standard attention (ViT)", "vit", {"attention": "positional"},
-     "≈ equal on CIFAR-10/100, SVHN; −3.0 on ImageNet (Jelassi et al. Table 1)", "small"),
-    ("J2", "permuted vs original patches (ViT)", "vit", {"permute_patches": True},
-     "no clear effect (Jelassi et al. §6)", "small"),
-    ("J3", "permuted vs original patches (CNN)", "cnn", {"permute_patches": True},
-     "CNNs lose accuracy (Jelassi et al. §6)", "negative"),
-    ("R3", "skip connections removed in a middle block (ViT)", "vit", {"skip_ablation": "*"},
-     "≈ −4 % top-1 (Raghu et al. §5)", "negative"),
-    ("R5", "GAP vs CLS classifier (ViT)", "vit", {"classifier": "gap"},
-     "both train; CLS localizes better (Raghu et al. §6)", "small"),
-    ("R2/R7", "train_fraction < 1 vs all data (ViT)", "vit", {"train_fraction": "<1"},
-     "less data → lower accuracy, higher layers diverge (Raghu et al. §7)", "negative"),
-]
+# id, what, family, treatment knobs, the paper's finding, verdict rule on Δ (points): from the catalog
+# (vit_jax_struct/catalog.py: COMPARISONS, and the rows' numbers for "paper says").
+CATALOG = [(c.id, c.what, c.family, c.knobs, catalog.paper_says(c.rows), c.rule) for c in catalog.COMPARISONS]
 
 
 # A directional effect smaller than this (accuracy points) is not called either way: about the seed-to-seed spread of
@@ -137,14 +127,45 @@ def compare(runs) -> list[dict]:
             label = what if g is None else f"{what} [{'fraction ' + str(g[0]) if g[0] < 1 else 'skip ' + g[1]}]"
             if len(budgets) > 1:
                 label += f" at {steps} steps"
-            rows.append({"id": rid, "comparison": label, "baseline": acc_b, "n_baseline": len(b), "treatment": acc_t,
+            rows.append({"id": rid, "comparison": label, "runs": [r["run"] for r in b + t], "baseline": acc_b,
+                         "n_baseline": len(b), "treatment": acc_t,
                          "n_treatment": len(t), "delta_points": delta, "paper": paper, "verdict": verdict,
                          "models": ", ".join(sorted({r["model"] for r in t}))})
     return rows
 
 
-def write(runs, rows, out: str, commands: str = "") -> tuple[str, str]:
-    """Writes `out/scoreboard.md` and `out/runs.csv`; returns their paths."""
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", text).strip("_")
+
+
+def write_curves(runs, rows, out: str) -> dict:
+    """PNG training curves (train loss, eval accuracy, few-shot accuracy vs step; `analysis/plots.training_curves`):
+    `out/curves/<run>.png` per run and `out/curves/<id>_<comparison>.png` overlaying a comparison's arms.
+
+    Returns `{"runs": [paths], "comparisons": [(row id, comparison, path)]}`.
+    """
+    from vit_jax_struct.analysis import plots  # matplotlib only when curves are written
+
+    folder = storage.join(out, "curves")
+    storage.makedirs(folder)
+    records = {r["run"]: metrics.read_metrics(r["run"]) for r in runs}
+    written = {"runs": [], "comparisons": []}
+    for r in runs:
+        name = storage.basename(r["run"])
+        path = storage.join(folder, f"{_slug(name)}.png")
+        plots.training_curves({name: records[r["run"]]}, path, f"{name} ({r['model']})")
+        written["runs"].append(path)
+    for row in rows:
+        arms = {storage.basename(w): records[w] for w in row["runs"] if w in records}
+        path = storage.join(folder, f"{_slug(row['id'] + '_' + row['comparison'])}.png")
+        plots.training_curves(arms, path, f"{row['id']}: {row['comparison']}")
+        written["comparisons"].append((row["id"], row["comparison"], path))
+    return written
+
+
+def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) -> tuple[str, str]:
+    """Writes `out/scoreboard.md` and `out/runs.csv` (with links to `curves`, from `write_curves`); returns their
+    paths."""
     storage.makedirs(out)
     csv_path, md_path = storage.join(out, "runs.csv"), storage.join(out, "scoreboard.md")
     buf = io.StringIO(newline="")
@@ -162,6 +183,11 @@ def write(runs, rows, out: str, commands: str = "") -> tuple[str, str]:
         lines.append(f"| {r['id']} | {r['comparison']} | {r['models']} | {r['baseline']:.4f} (n={r['n_baseline']}) "
                      f"| {r['treatment']:.4f} (n={r['n_treatment']}) | {r['delta_points']:+.1f} | {r['paper']} "
                      f"| {r['verdict']} |")
+    if curves and curves.get("comparisons"):
+        lines += ["", "## Training curves", "", "Train loss, eval accuracy and few-shot accuracy vs step, the arms of "
+                  "each comparison overlaid (one file per run beside them in `curves/`):", ""]
+        for rid, comparison, path in curves["comparisons"]:
+            lines.append(f"- {rid} {comparison}: [{storage.basename(path)}](curves/{storage.basename(path)})")
     lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in runs:
         vals = [storage.basename(r["run"]) if k == "run" else
@@ -176,6 +202,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", action="append", required=True, help="folder(s) holding workdirs (repeatable)")
     ap.add_argument("--out", default="docs/results", help="where scoreboard.md and runs.csv go")
     ap.add_argument("--commands", default="", help="text file with the commands that produced the runs")
+    ap.add_argument("--curves", action=argparse.BooleanOptionalAction, default=True,
+                    help="write PNG training curves to OUT/curves/ (per run and per comparison)")
     args = ap.parse_args(argv)
     runs = find_runs(args.runs)
     if not runs:
@@ -184,7 +212,9 @@ def main(argv=None) -> int:
     cmds = ""
     if args.commands:
         cmds = storage.read_text(args.commands)
-    md, csv_path = write(runs, compare(runs), args.out, cmds)
+    rows = compare(runs)
+    curves = write_curves(runs, rows, args.out) if args.curves else None
+    md, csv_path = write(runs, rows, args.out, cmds, curves)
     print(f"{len(runs)} runs -> {md}, {csv_path}")
     return 0
 

@@ -3,6 +3,9 @@
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run \\
         --only=""   # add --only=<substring> to run a part
     python -m vit_jax_struct.report --runs=runs/cifar_ablations --out=docs/results
+    # Smoke sweep (every arm, 20 steps, 256 eval images; minutes on 2 CPU cores): sweep-level --set overrides.
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=/tmp/smoke --run --set=total_steps=20 \
+        --set=eval_every_steps=10 --set=data.eval_examples=256 --set=optim.warmup_steps=2
 
 Every ViT arm is `configs/cifar10_vit.py` (width 128, depth 6, 8-px patches) with the same step budget
 (`steps`, default 500 = 1.3 epochs, ≈ 4 min each on 2 CPU cores). ResNet-18 arms: a thin ResNet-18 (16 channels in

@@ -4,6 +4,7 @@ for heatmaps, a colour bar."""
 from __future__ import annotations
 
 import math
+import textwrap
 
 import matplotlib
 
@@ -21,30 +22,51 @@ def _save(fig, path):
 
 
 def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0):
-    """Layer × layer matrix with layer names on both axes."""
-    fig, ax = plt.subplots(figsize=(1.2 + 0.35 * len(cols), 1.0 + 0.35 * len(rows)))
+    """Layer × layer matrix `[len(rows), len(cols)]` with layer names on both axes.
+
+    The title is a figure title wrapped to the figure's width (a long cross-model title is never cut off).
+    """
+    width = max(5.0, 1.6 + 0.35 * len(cols))
+    fig, ax = plt.subplots(figsize=(width, 1.6 + 0.35 * len(rows)), layout="constrained")
     im = ax.imshow(np.asarray(m), origin="lower", vmin=vmin, vmax=vmax, cmap="magma")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
     ax.set_xlabel("layer")
     ax.set_ylabel("layer")
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, label="linear CKA")
-    _save(fig, path)
+    fig.suptitle(textwrap.fill(title, width=int(width * 10)), fontsize=9)
+    fig.colorbar(im, ax=ax, label="linear CKA (1: same up to rotation/scale, 0: unrelated)")
+    storage.savefig(fig, path, dpi=110)
+    plt.close(fig)
 
 
-def attention_distance(d: dict, path):
-    """Heads sorted per block (Raghu et al. Fig. 3): x = block, y = mean attention distance (pixels)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for i, (_name, heads) in enumerate(d.items()):
-        h = np.sort(np.asarray(heads))
-        ax.scatter(np.full(len(h), i) + np.linspace(-0.2, 0.2, len(h)), h, s=14, c=np.arange(len(h)),
-                   cmap="viridis")
+def attention_distance(d: dict, path, uniform: float | None = None):
+    """Heads sorted per block (Raghu et al. Fig. 3): x = block, y = mean attention distance (pixels).
+
+    `d`: `{block name: [heads] distances}`. The legend names each head by its rank in its block (nearest first);
+    `uniform`, if given, is drawn as the distance of uniform attention.
+    """
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    n_heads = max((len(h) for h in d.values()), default=0)
+    colors = plt.get_cmap("viridis")(np.linspace(0, 1, max(n_heads, 1)))
+    offsets = np.linspace(-0.2, 0.2, max(n_heads, 1))
+    for j in range(n_heads):
+        xs, ys = [], []
+        for i, heads in enumerate(d.values()):
+            h = np.sort(np.asarray(heads))
+            if j < len(h):
+                xs.append(i + offsets[j])
+                ys.append(h[j])
+        ax.scatter(xs, ys, s=14, color=colors[j], label=f"head rank {j + 1}")
+    if uniform is not None:
+        ax.axhline(uniform, color="grey", ls=":", lw=1, label="uniform attention")
     ax.set_xticks(range(len(d)), list(d), rotation=45, fontsize=7)
-    ax.set_xlabel("encoder block (heads sorted)")
+    ax.set_xlabel("encoder block (heads sorted by distance)")
     ax.set_ylabel("mean attention distance (pixels)")
-    ax.set_title("Mean attention distance per head")
-    _save(fig, path)
+    ax.set_title("Mean attention distance per head (low: local, high: global)")
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5), title="heads, nearest first",
+              title_fontsize=7)
+    storage.savefig(fig, path, dpi=110)
+    plt.close(fig)
 
 
 def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label):
@@ -70,12 +92,13 @@ def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label):
 
 def posemb_similarity(s, grid, path, title):
     """One map per position: its cosine similarity with every position, on the patch grid."""
-    _map_grid(s, grid, path, title, "RdBu_r", -1.0, 1.0, "cosine similarity")
+    _map_grid(s, grid, path, title, "RdBu_r", -1.0, 1.0, "cosine similarity (+1: same direction, −1: opposite)")
 
 
 def localization(m, grid, path, title):
     """One map per output token: its CKA with the input patch at every grid location."""
-    _map_grid(m, grid, path, title, "magma", 0.0, max(float(np.max(m)), 1e-6), "linear CKA")
+    _map_grid(m, grid, path, title, "magma", 0.0, max(float(np.max(m)), 1e-6),
+              "linear CKA with the input patch (high: the token keeps that patch)")
 
 
 def probes(res: dict, path):
@@ -112,6 +135,66 @@ def skip_norms(r: dict, path):
     ax.set_title("Skip-connection norm ratios")
     ax.legend(fontsize=7)
     _save(fig, path)
+
+
+CURVE_PANELS = (("train/loss", "train loss"), ("eval/accuracy", "eval accuracy"),
+                ("fewshot/", "few-shot accuracy (ridge on pre-logits)"))
+
+
+def _series(records, key):
+    """`(steps, values)` of `key` in metrics records (`[{"step": …, key: …}]`), sorted by step; last value wins."""
+    pts = {}
+    for r in records:
+        if key in r and r[key] is not None:
+            pts[int(r["step"])] = float(r[key])
+    steps = sorted(pts)
+    return np.asarray(steps), np.asarray([pts[s] for s in steps])
+
+
+def fewshot_keys(records) -> list[str]:
+    """The `fewshot/<name>_<k>shot` keys present, sorted by name then k."""
+    keys = {k for r in records for k in r if k.startswith("fewshot/")}
+
+    def order(k):
+        name, _, shots = k[len("fewshot/"):].rpartition("_")
+        return name, int(shots[:-4]) if shots[:-4].isdigit() else 0
+    return sorted(keys, key=order)
+
+
+def training_curves(runs: dict, path, title: str):
+    """Train loss, eval accuracy and few-shot accuracy vs step, one panel each, one line per run.
+
+    `runs`: `{label: metrics records}` (`train/metrics.py:read_metrics`): one run gives its own curves, several
+    overlay them (a comparison's arms). Few-shot lines are styled by k (`fewshot/<name>_<k>shot`).
+
+    Raises:
+      ValueError: `runs` is empty.
+    """
+    if not runs:
+        raise ValueError("training_curves needs at least one run")
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
+    styles = ("-", "--", "-.", ":")
+    colors = plt.get_cmap("tab10")(np.arange(len(runs)) % 10)
+    for (label, records), color in zip(runs.items(), colors, strict=True):
+        for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
+            x, y = _series(records, key)
+            if len(x):
+                ax.plot(x, y, color=color, marker="o" if len(x) < 20 else None, ms=3, label=label)
+        for j, key in enumerate(fewshot_keys(records)):
+            x, y = _series(records, key)
+            short = key[len("fewshot/"):]
+            axes[2].plot(x, y, styles[j % len(styles)], color=color, marker="o", ms=3,
+                         label=short if len(runs) == 1 else f"{label}: {short}")
+    for ax, (key, name) in zip(axes, CURVE_PANELS, strict=True):
+        ax.set_xlabel("step")
+        ax.set_ylabel(name)
+        if ax.lines:
+            ax.legend(fontsize=6)
+        else:
+            ax.text(0.5, 0.5, f"no {key.rstrip('/')} metrics", ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle(textwrap.fill(title, 150), fontsize=9)
+    storage.savefig(fig, path, dpi=110)
+    plt.close(fig)
 
 
 def report(results: dict, out_dir: str) -> str:

@@ -312,7 +312,8 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     if is_vit:
         d = dist.result()
         results["attention_distance_pixels"] = {k: v.tolist() for k, v in d.items()}
-        plots.attention_distance(d, storage.join(out_dir, "attention_distance.png"))
+        plots.attention_distance(d, storage.join(out_dir, "attention_distance.png"),
+                                 uniform=float(attention.grid_distances(grid, patch).mean()))
         m, frac = loc.result()
         results["localization"] = {"matrix": m.tolist(), "own_patch_fraction": frac}
         plots.localization(m, grid, storage.join(out_dir, "localization.png"),

@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 from vit_jax_struct import storage
 from vit_jax_struct.data import mixup, permute, pipeline, preprocess, sources
 from vit_jax_struct.models import get_model
-from vit_jax_struct.train import checkpoint, lock, optim, sharding, validate
+from vit_jax_struct.train import checkpoint, fewshot_eval, lock, optim, sharding, validate
 from vit_jax_struct.train import metrics as metrics_lib
 
 
@@ -415,6 +415,10 @@ def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, wor
     train_step = make_train_step(config, parts["model"], parts["tx"], parts["schedule"], parts["num_classes"],
                                  mesh, state_sh)
     eval_step = make_eval_step(config, parts["model"], parts["num_classes"], mesh, model_variables(state_sh))
+    fewshot_every = config.get("fewshot", {}).get("every_steps", 0)
+    fewshot_evaluator = fewshot_eval.FewShotEvaluator(
+        config, parts["model"], parts["eval_pp"], mesh, model_variables(state_sh),
+        parts["eval_per_host_batch"]) if fewshot_every else None
     writer = metrics_lib.MetricWriter(workdir, config.get("tensorboard", True), resume_step=latest or 0,
                                       flush_secs=config.get("metrics_flush_secs", 30.0))
     preemption = _Preemption()
@@ -478,6 +482,11 @@ def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, wor
                 logging.info("step %d/%d: eval accuracy %.4f, eval loss %.4f", step, total, ev["eval/accuracy"],
                              ev["eval/loss"])
                 t_log = time.time()  # Do not count evaluation time in images/s.
+            if fewshot_every and (step % fewshot_every == 0 or step == total):
+                fs = fewshot_evaluator.run(model_variables(state))
+                writer.write(step, fs)
+                last.update(fs)
+                t_log = time.time()
             preempted = preemption.reached(step)
             if (save_checkpoints and step == total) or (ckpt_every and step % ckpt_every == 0) or \
                     (preempted and save_checkpoints):

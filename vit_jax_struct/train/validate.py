@@ -63,6 +63,26 @@ def _value_range(v):
     return None if lo < hi else "must have low < high"
 
 
+def _int_tuple(lo):
+    def check(v):
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__len__") or not len(v):
+            return "is not a non-empty tuple of integers"
+        for x in v:
+            if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < lo:
+                return f"must hold integers ≥ {lo}"
+        return None
+    return check
+
+
+def _positive_floats(v):
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__len__") or not len(v):
+        return "is not a non-empty tuple of numbers"
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not x > 0:
+            return "must hold numbers > 0"
+    return None
+
+
 def _bool(v):
     return None if isinstance(v, bool) else "is not True or False"
 
@@ -116,6 +136,13 @@ RULES = {
     "optim.mu_dtype": _enum("", "float32", "bfloat16"),
     "optim.grad_clip_norm": _float(0),
     "optim.momentum": _float(0, 1, hi_open=True),
+    "fewshot.every_steps": _int(0),
+    "fewshot.shots": _int_tuple(1),
+    "fewshot.repeats": _int(1),
+    "fewshot.l2_grid": _positive_floats,
+    "fewshot.train_examples": _int(2),
+    "fewshot.holdout_examples": _int(1),
+    "fewshot.test_examples": _int(0),
 }
 
 VIT_RULES = {  # model.name == "vit"
@@ -171,6 +198,10 @@ def validate(config) -> None:
                 vit.decode_variant(variant)
             except ValueError as e:
                 raise ConfigError(f"config.{e}") from None
+    train_n, hold_n = _get(config, "fewshot.train_examples"), _get(config, "fewshot.holdout_examples")
+    if train_n is not _MISSING and hold_n is not _MISSING and hold_n >= train_n:
+        raise ConfigError(f"config.fewshot.holdout_examples {hold_n} must be < config.fewshot.train_examples "
+                          f"{train_n} (the shots come from the rest)")
     source = _get(config, "data.source")
     if source == "folder" and not _get(config, "data.root"):
         raise ConfigError("config.data.root '' must name the image folder root/{train,test}/<class>/*.jpg for "
