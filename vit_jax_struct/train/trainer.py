@@ -347,7 +347,8 @@ def train_and_evaluate(config, workdir: str, devices=None):
     train_it = pipeline.train_iterator(
         parts["train_source"], parts["train_pp"], parts["per_host_batch"], seed=config.seed,
         process_index=jax.process_index(), process_count=jax.process_count(),
-        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256))
+        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256),
+        worker_count=config.data.get("worker_count", 0))  # workers start at the first next(), after the restore
 
     workdir_lock = _acquire_lock(workdir)
     try:

@@ -97,6 +97,7 @@ RULES = {
     "data.permutation_patch_size": _int(0),
     "data.num_threads": _int(1),
     "data.prefetch": _int(0),
+    "data.worker_count": _int(0),
     "data.decode_errors": _enum("raise", "skip"),
     "pp.train_crop": _enum(*preprocess.TRAIN_CROPS),
     "pp.crop_area_min": _float(0, 1, lo_open=True),
