@@ -43,7 +43,7 @@ def test_worker_batches_equal_threads_and_state_resumes_at_next_batch():
     resumed = pipeline.train_iterator(src, tp, 8, seed=1, num_threads=1, worker_count=2)
     resumed.set_state(state)  # before the first next(): the workers start from this state, not from the beginning
     got += [next(resumed) for _ in range(3)]
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert np.array_equal(g["image"], w["image"]) and np.array_equal(g["label"], w["label"])
     with pytest.raises(ValueError, match="worker_count -1"):
         pipeline.train_iterator(src, tp, 8, seed=1, worker_count=-1)
