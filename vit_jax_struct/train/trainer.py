@@ -89,7 +89,11 @@ def build(config, devices=None):
     if config.total_steps <= 0:
         raise ValueError(f"config.total_steps {config.total_steps} must be positive")
     data = config.data
-    full_train = sources.get_source(data, data.train_split)
+    # Folder JPEGs reach TrainPreprocess undecoded, so it can decode them at reduced size (pp.jpeg_draft); under
+    # decode_errors='skip' they are decoded in the source, where SkipUnreadable catches a bad file.
+    lazy = (config.pp.get("jpeg_draft", True) and config.pp.get("train_crop", "inception") == "inception"
+            and data.get("decode_errors", "raise") == "raise")
+    full_train = sources.get_source(data, data.train_split, lazy=lazy)
     train_source = sources.nested_subset(full_train, data.get("train_fraction", 0.0), data.get("train_examples", 0),
                                          data.get("subset_seed", 0))
     total_steps = config.total_steps

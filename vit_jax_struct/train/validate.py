@@ -103,6 +103,7 @@ RULES = {
     "pp.crop_area_min": _float(0, 1, lo_open=True),
     "pp.pad": _int(0),
     "pp.flip": _bool,
+    "pp.jpeg_draft": _bool,
     "pp.eval_crop_fraction": _float(0, 1, lo_open=True),
     "pp.value_range": _value_range,
     "optim.name": _enum(*optim.OPTIMIZERS),
