@@ -1,4 +1,4 @@
-"""grain worker processes (`data.worker_count`): same batches as threads, exact resume after SIGTERM, picklable."""
+"""grain worker processes (`data.worker_count`): the threads' examples, exact resume after SIGTERM, picklable."""
 
 import os
 import pickle
@@ -31,20 +31,23 @@ def test_sources_and_preprocess_pickle(tmp_path):
     assert np.array_equal(a["image"], b["image"])
 
 
-def test_worker_batches_equal_threads_and_state_resumes_at_next_batch():
+def test_worker_batches_are_the_threads_examples_and_state_resumes_at_next_batch():
     src = sources.DigitsSource("train")
     tp = preprocess.TrainPreprocess(16, "inception", 0.3, value_range=None)
     ref = pipeline.train_iterator(src, tp, 8, seed=1, num_threads=1)
-    want = [next(ref) for _ in range(6)]
+    stream = [next(ref) for _ in range(6)]  # examples 0..47 of the stream, as threads batch them
+    img = np.concatenate([b["image"] for b in stream])
+    lab = np.concatenate([b["label"] for b in stream])
     it = pipeline.train_iterator(src, tp, 8, seed=1, num_threads=1, worker_count=2)
     got = [next(it) for _ in range(3)]
     state = it.get_state()
-    assert [s["next_index"] for s in state["iterators_in_use_states"]] == [12, 12]  # 24 examples, 12 per worker
+    assert [s["next_index"] for s in state["iterators_in_use_states"]] == [16, 8]  # worker 0: 2 batches, 1: one
     resumed = pipeline.train_iterator(src, tp, 8, seed=1, num_threads=1, worker_count=2)
     resumed.set_state(state)  # before the first next(): the workers start from this state, not from the beginning
     got += [next(resumed) for _ in range(3)]
-    for g, w in zip(got, want, strict=True):
-        assert np.array_equal(g["image"], w["image"]) and np.array_equal(g["label"], w["label"])
+    for k, g in enumerate(got):  # batch k: worker k % 2's batch k // 2 of its examples k % 2, k % 2 + 2, ...
+        idx = k % 2 + 2 * np.arange(8 * (k // 2), 8 * (k // 2 + 1))
+        assert np.array_equal(g["image"], img[idx]) and np.array_equal(g["label"], lab[idx])
     with pytest.raises(ValueError, match="worker_count -1"):
         pipeline.train_iterator(src, tp, 8, seed=1, worker_count=-1)
 

@@ -6,13 +6,15 @@ and augmentation randomness comes from `random_map`, seeded per example index. T
 (`get_state()`, saved in the checkpoint with `grain.checkpoint.CheckpointSave`) is its position in that stream, so a
 resumed run sees exactly the examples the uninterrupted run would have seen.
 
-With `worker_count=N > 0` (`config.data.worker_count`) the read + decode + augment stage runs in N grain worker
-processes (`IterDataset.mp_prefetch`), each with its own `num_threads` reader threads; worker `i` reads examples
-`i, i+N, …` of the stream and grain interleaves them round-robin, so the example order, and therefore every batch,
-is the same as with threads only. Batching stays in the main process, after the workers. The state is then grain's
-multiprocess state (the per-worker positions); `set_state` before the first `next` (the trainer restores the
-checkpoint first) hands it to the workers, which start lazily at the first `next`, so a resumed run continues at
-batch N+1 rather than replaying from the start. A checkpoint is only resumable with the same `worker_count`.
+With `worker_count=N > 0` (`config.data.worker_count`) reading, decoding, augmenting and batching run in N grain
+worker processes (`IterDataset.mp_prefetch`), each with its own `num_threads` reader threads: worker `i` takes the
+examples `i, i+N, i+2N, …` of the stream, batches them, and grain hands out the workers' batches round-robin
+(batch k is worker k mod N's batch k // N; whole batches cross the process boundary in shared memory, ≈ 1.4x
+faster than single examples here). The examples are the same as with threads, the grouping into batches depends
+on N. The state is then grain's multiprocess state (each worker's position); `set_state` before the first `next`
+(the trainer restores the checkpoint first) hands it to the workers, which start lazily at the first `next`, so a
+resumed run continues at the next batch rather than replaying from the start. A checkpoint resumes exactly only
+with the same `worker_count` (and `process_count`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def train_iterator(source, preprocess, per_host_batch: int, seed: int, process_i
       num_threads, prefetch: grain reader threads and their prefetch buffer (examples), per worker process.
       worker_count: 0: read in threads of this process; N > 0: N grain worker processes (spawned at the first
         `next`; `source` and `preprocess` are pickled into them with cloudpickle).
-      worker_buffer: examples each worker process keeps ready (0: `per_host_batch`).
+      worker_buffer: batches each worker process keeps ready (0: 2).
 
     Returns:
       a `grain.DatasetIterator` (supports `get_state`/`set_state`; set the state before the first `next`).
@@ -62,14 +64,12 @@ def train_iterator(source, preprocess, per_host_batch: int, seed: int, process_i
     ds = ds[process_index::process_count].random_map(preprocess)
     # Threads read and augment single examples in parallel; batching happens after them.
     opts = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
-    ids = ds.to_iter_dataset(opts)
-    if worker_count:
+    ids = ds.to_iter_dataset(opts).batch(per_host_batch, drop_remainder=True)
+    if worker_count:  # After the batch: each worker slices the examples and batches its slice.
         _flags_parsed()
-    if worker_count:  # Single examples cross the process boundary, so the order does not depend on worker_count.
-        mp = grain.MultiprocessingOptions(num_workers=int(worker_count),
-                                          per_worker_buffer_size=int(worker_buffer or per_host_batch))
-        ids = ids.mp_prefetch(mp)
-    return iter(ids.batch(per_host_batch, drop_remainder=True))
+        ids = ids.mp_prefetch(grain.MultiprocessingOptions(num_workers=int(worker_count),
+                                                           per_worker_buffer_size=int(worker_buffer or 2)))
+    return iter(ids)
 
 
 def eval_batches(source, preprocess, per_host_batch: int, process_index: int = 0, process_count: int = 1,
