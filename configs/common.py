@@ -80,7 +80,7 @@ def base() -> ml_collections.ConfigDict:
     c.data.num_threads = 2            # grain reader threads per host (decode + augment)
     c.data.prefetch = 256             # grain prefetch buffer (examples)
     c.data.worker_count = 0           # 0: read in threads of the trainer's process; N > 0: N grain worker processes
-    #                                   (each with num_threads threads); same batches; resume needs the same N
+    #                                   (each with num_threads threads, batching i::N); resume needs the same N
     c.data.decode_errors = "raise"    # "raise": an unreadable image stops the run, naming it; "skip": replaced by
     #                                   the next readable example (deterministic), counted as data/skipped
 

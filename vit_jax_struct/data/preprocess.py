@@ -102,11 +102,22 @@ def _draft_crop(record, image_size: int, rng, area_min: float, draft: bool):
     if draft and img.format == "JPEG" and min(cw, ch) >= 2 * image_size:
         # draft picks scale 1/k with k <= min(w // req_w, h // req_h): the reduced crop is >= S on both sides.
         img.draft("RGB", (math.ceil(w * image_size / cw), math.ceil(h * image_size / ch)))
-    image = image_to_array(img, name)
-    fx, fy = image.shape[1] / w, image.shape[0] / h
-    if (fx, fy) != (1.0, 1.0):
+    if img.mode not in ("RGB", "L", "CMYK", "YCbCr"):  # high-bit or alpha modes: the decoder's conversions
+        image = image_to_array(img, name)
+        rw, rh = image.shape[1], image.shape[0]
+    else:  # resize the decoded Pillow image directly (no numpy round trip; the same pixels as decode_image's)
+        try:
+            img.load()
+            img = img if img.mode == "RGB" else img.convert("RGB")
+        except Exception as e:  # PIL raises several types; one clear error naming the file.
+            raise ValueError(f"cannot decode image file {name!r}: {type(e).__name__}: {e}") from e
+        image, (rw, rh) = None, img.size
+    if (rw, rh) != (w, h):
+        fx, fy = rw / w, rh / h
         box = (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
-    return _resize(image, image_size, box)
+    if image is not None:
+        return _resize(image, image_size, box)
+    return np.asarray(img.resize((image_size, image_size), Image.BILINEAR, box=box), np.uint8)
 
 
 def _passthrough(record, out):
