@@ -1,16 +1,20 @@
-"""Images/s of the 224-px train input pipeline on an image folder, ours (grain threads) beside torchvision's.
+"""Images/s of the 224-px train input pipeline on an image folder, ours (grain threads or worker processes, with and
+without reduced-size JPEG decoding) beside torchvision's, in one run.
 
-    python benchmarks/input_pipeline.py --folder=/tmp/imagenet-sample --split=. [--images=600] \
-        [--torch_python=/tmp/tvenv/bin/python] [--out=docs/input_pipeline.md]
+    python benchmarks/input_pipeline.py --folder=/path/to/images --split=. [--images=640] \
+        [--torch_python=/tmp/tvenv/bin/python] [--out=/tmp/input_pipeline_table.md]
 
-Ours: `ImageFolderSource` (Pillow decode) -> `TrainPreprocess` (inception crop, area 5–100 %, bilinear resize to
-224, flip) through `pipeline.train_iterator` with 1 and 2 reader threads, batch 32; variants: uint8 output (what the
-trainer now sends to the device), float32 output scaled on the host (the previous pipeline), and uint8 with
-RandAugment(2, 15). torchvision: `ImageFolder` + `RandomResizedCrop(224)` + `RandomHorizontalFlip` + `PILToTensor`
+Ours: `ImageFolderSource` -> `TrainPreprocess` (inception crop, area 5–100 %, bilinear resize to 224, flip, uint8
+out as the trainer uses it) through `pipeline.train_iterator`, batch 32, in four set-ups: decoded in the source at
+full size (`pp.jpeg_draft=False`) or lazy records decoded with `Image.draft` (`pp.jpeg_draft=True`, what the trainer
+does for folders), each with 1 and 2 grain reader threads in this process (`data.worker_count=0`) or 1 and 2 grain
+worker processes with one reader thread each (`data.worker_count=1, 2`); plus draft + RandAugment(2, 15) on threads.
+torchvision: `ImageFolder` + `RandomResizedCrop(224, scale=(0.05, 1))` + `RandomHorizontalFlip` + `PILToTensor`
 (uint8) through a `DataLoader` with 1 and 2 worker processes — run with `--torch_python` (a venv with torch and
 torchvision; never installed into the project's environment) or in this interpreter if it has torchvision.
-Each row: images/s after one warm-up batch, over `--images` images (the folder is cycled), page-cached files; the
-best of `--repeats` runs (the machine is shared, so the best run is the least disturbed one).
+Each row: images/s after one warm-up batch (which also starts the worker processes), over `--images` images (the
+folder is cycled), page-cached files; the best of `--repeats` runs (the machine is shared, so the best run is the
+least disturbed one). Also printed: the mean |draft - full| pixel difference over the folder's photos.
 """
 
 from __future__ import annotations
@@ -27,14 +31,16 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
-def bench_ours(folder, split, images, threads, uint8=True, randaug=0, batch=32):
+def bench_ours(folder, split, images, parallel, workers=False, draft=False, randaug=0, batch=32):
+    """images/s of our pipeline with `parallel` reader threads (`workers=False`) or worker processes (True)."""
     from vit_jax_struct.data import pipeline, preprocess, sources
 
-    src = sources.ImageFolderSource(folder, split)
-    tp = preprocess.TrainPreprocess(224, "inception", 0.05, flip=True, value_range=None if uint8 else (-1.0, 1.0),
-                                    randaug_layers=2 if randaug else 0, randaug_magnitude=15)
-    it = pipeline.train_iterator(src, tp, batch, seed=0, num_threads=threads, prefetch=2 * batch)
-    next(it)  # warm-up: threads started, first files read
+    src = sources.ImageFolderSource(folder, split, lazy=draft)
+    tp = preprocess.TrainPreprocess(224, "inception", 0.05, flip=True, value_range=None,
+                                    randaug_layers=2 if randaug else 0, randaug_magnitude=15, jpeg_draft=draft)
+    it = pipeline.train_iterator(src, tp, batch, seed=0, num_threads=1 if workers else parallel,
+                                 prefetch=2 * batch, worker_count=parallel if workers else 0)
+    next(it)  # warm-up: threads or processes started, first files read
     n_batches = max(1, images // batch)
     t = time.perf_counter()
     for _ in range(n_batches):
@@ -42,6 +48,21 @@ def bench_ours(folder, split, images, threads, uint8=True, randaug=0, batch=32):
     dt = time.perf_counter() - t
     assert b["image"].shape == (batch, 224, 224, 3)
     return n_batches * batch / dt, str(b["image"].dtype)
+
+
+def draft_difference(folder, split, per_image=4):
+    """Mean |draft - full decode| in uint8 levels of 224-px inception crops, over the folder (same rng per pair)."""
+    import numpy as np
+
+    from vit_jax_struct.data import preprocess, sources
+
+    lazy, eager = sources.ImageFolderSource(folder, split, lazy=True), sources.ImageFolderSource(folder, split)
+    on = preprocess.TrainPreprocess(224, "inception", 0.05, flip=False, value_range=None, jpeg_draft=True)
+    off = preprocess.TrainPreprocess(224, "inception", 0.05, flip=False, value_range=None, jpeg_draft=False)
+    d = [np.abs(on(lazy[i], np.random.default_rng(k))["image"].astype(int)
+         - off(eager[i], np.random.default_rng(k))["image"].astype(int)).mean()
+         for i in range(len(lazy)) for k in range(per_image)]
+    return float(np.mean(d)), float(np.max(d))
 
 
 def bench_torchvision(folder, split, images, workers, batch=32):
@@ -83,12 +104,14 @@ def main(argv=None):
                           for w in (1, 2)}))
         return None
     rows = []
-    for name, kw in [("ours: uint8 out (device scaling)", dict(uint8=True)),
-                     ("ours: float32 out (host scaling, before)", dict(uint8=False)),
-                     ("ours: uint8 + RandAugment(2, 15)", dict(uint8=True, randaug=True))]:
-        r = {t: max(bench_ours(a.folder, a.split, a.images, t, **kw) for _ in range(a.repeats)) for t in (1, 2)}
-        rows.append((name, "grain threads", r))
-        print(name, {t: round(v[0], 1) for t, v in r.items()}, flush=True)
+    for name, par, kw in [("ours: full decode", "grain threads", dict()),
+                          ("ours: draft decode", "grain threads", dict(draft=True)),
+                          ("ours: full decode", "grain processes", dict(workers=True)),
+                          ("ours: draft decode", "grain processes", dict(workers=True, draft=True)),
+                          ("ours: draft decode + RandAugment(2, 15)", "grain threads", dict(draft=True, randaug=1))]:
+        r = {n: max(bench_ours(a.folder, a.split, a.images, n, **kw) for _ in range(a.repeats)) for n in (1, 2)}
+        rows.append((name, par, r))
+        print(name, par, {n: round(v[0], 1) for n, v in r.items()}, flush=True)
     tv = None
     if a.torch_python:
         cmd = [a.torch_python, os.path.abspath(__file__), f"--folder={a.folder}", f"--split={a.split}",
@@ -104,10 +127,14 @@ def main(argv=None):
     if tv:
         rows.append(("torchvision: ImageFolder + RandomResizedCrop + flip, uint8", "DataLoader processes", tv))
         print("torchvision", {w: round(v[0], 1) for w, v in tv.items()}, flush=True)
-    lines = ["| pipeline (224 px train, batch 32) | parallelism | output | 1 | 2 | 2 vs 1 |",
+    ref = tv[1][0] if tv else None
+    lines = ["| pipeline (224 px train, batch 32, uint8) | parallelism | 1 | 2 | 2 vs 1 | 1 vs torchvision 1 |",
              "|---|---|---|---|---|---|"]
     for name, par, r in rows:
-        lines.append(f"| {name} | {par} | {r[1][1]} | {r[1][0]:.0f} | {r[2][0]:.0f} | {r[2][0] / r[1][0]:.2f}x |")
+        vs = f"{r[1][0] / ref:.2f}x" if ref else "–"
+        lines.append(f"| {name} | {par} | {r[1][0]:.0f} | {r[2][0]:.0f} | {r[2][0] / r[1][0]:.2f}x | {vs} |")
+    mean_d, max_d = draft_difference(a.folder, a.split)
+    lines.append(f"\nmean |draft - full decode| of 224-px crops: {mean_d:.2f} uint8 levels (worst photo {max_d:.2f})")
     table = "\n".join(lines)
     print(table)
     if a.out:

@@ -79,6 +79,8 @@ def base() -> ml_collections.ConfigDict:
     c.data.eval_examples = 0          # 0: the whole eval split; N: N examples spread evenly over it
     c.data.num_threads = 2            # grain reader threads per host (decode + augment)
     c.data.prefetch = 256             # grain prefetch buffer (examples)
+    c.data.worker_count = 0           # 0: read in threads of the trainer's process; N > 0: N grain worker processes
+    #                                   (each with num_threads threads, batching i::N); resume needs the same N
     c.data.decode_errors = "raise"    # "raise": an unreadable image stops the run, naming it; "skip": replaced by
     #                                   the next readable example (deterministic), counted as data/skipped
 
@@ -87,6 +89,8 @@ def base() -> ml_collections.ConfigDict:
     c.pp.crop_area_min = 0.05
     c.pp.pad = 4
     c.pp.flip = True
+    c.pp.jpeg_draft = True            # folder JPEGs: decode at 1/2..1/8 size when the inception crop is >= 2x the
+    #                                   output side (Image.draft; a few grey levels from the full decode, faster)
     c.pp.eval_crop_fraction = 0.875
     c.pp.value_range = (-1.0, 1.0)    # applied on the device: batches travel as uint8 (data/preprocess.py)
     # RandAugment (Cubuk et al. 2020) after crop + flip, TF/big_vision op list and magnitude scale (data/augment.py).

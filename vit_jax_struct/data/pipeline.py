@@ -5,6 +5,16 @@ seed, each host takes every `process_count`-th example of that global stream (`[
 and augmentation randomness comes from `random_map`, seeded per example index. The iterator's state
 (`get_state()`, saved in the checkpoint with `grain.checkpoint.CheckpointSave`) is its position in that stream, so a
 resumed run sees exactly the examples the uninterrupted run would have seen.
+
+With `worker_count=N > 0` (`config.data.worker_count`) reading, decoding, augmenting and batching run in N grain
+worker processes (`IterDataset.mp_prefetch`), each with its own `num_threads` reader threads: worker `i` takes the
+examples `i, i+N, i+2N, …` of the stream, batches them, and grain hands out the workers' batches round-robin
+(batch k is worker k mod N's batch k // N; whole batches cross the process boundary in shared memory, ≈ 1.4x
+faster than single examples here). The examples are the same as with threads, the grouping into batches depends
+on N. The state is then grain's multiprocess state (each worker's position); `set_state` before the first `next`
+(the trainer restores the checkpoint first) hands it to the workers, which start lazily at the first `next`, so a
+resumed run continues at the next batch rather than replaying from the start. A checkpoint resumes exactly only
+with the same `worker_count` (and `process_count`).
 """
 
 from __future__ import annotations
@@ -15,8 +25,18 @@ import grain
 import numpy as np
 
 
+def _flags_parsed():
+    """grain's worker processes read absl flags (`--grain_*`); outside `absl.app.run` (tests, benchmarks, notebooks)
+    nothing parsed them, and reading raises `UnparsedFlagAccessError`: take the defaults then."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
 def train_iterator(source, preprocess, per_host_batch: int, seed: int, process_index: int = 0,
-                   process_count: int = 1, num_threads: int = 2, prefetch: int = 256):
+                   process_count: int = 1, num_threads: int = 2, prefetch: int = 256, worker_count: int = 0,
+                   worker_buffer: int = 0):
     """Infinite iterator of host-local train batches `{"image": [b, S, S, 3], "label": int32 [b]}`.
 
     Images are uint8 or float32, whichever `preprocess` returns (the trainer's transforms return uint8).
@@ -27,16 +47,29 @@ def train_iterator(source, preprocess, per_host_batch: int, seed: int, process_i
       per_host_batch: examples per batch on this host (global batch / process count).
       seed: shuffle and augmentation seed (derived from `config.seed`).
       process_index, process_count: this host's shard of the global stream.
-      num_threads, prefetch: grain reader threads and their prefetch buffer (examples).
+      num_threads, prefetch: grain reader threads and their prefetch buffer (examples), per worker process.
+      worker_count: 0: read in threads of this process; N > 0: N grain worker processes (spawned at the first
+        `next`; `source` and `preprocess` are pickled into them with cloudpickle).
+      worker_buffer: batches each worker process keeps ready (0: 2).
 
     Returns:
-      a `grain.DatasetIterator` (supports `get_state`/`set_state`).
+      a `grain.DatasetIterator` (supports `get_state`/`set_state`; set the state before the first `next`).
+
+    Raises:
+      ValueError: worker_count < 0.
     """
+    if worker_count < 0:
+        raise ValueError(f"data.worker_count {worker_count} is negative")
     ds = grain.MapDataset.source(source).seed(seed).shuffle().repeat(None)
     ds = ds[process_index::process_count].random_map(preprocess)
     # Threads read and augment single examples in parallel; batching happens after them.
     opts = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
-    return iter(ds.to_iter_dataset(opts).batch(per_host_batch, drop_remainder=True))
+    ids = ds.to_iter_dataset(opts).batch(per_host_batch, drop_remainder=True)
+    if worker_count:  # After the batch: each worker slices the examples and batches its slice.
+        _flags_parsed()
+        ids = ids.mp_prefetch(grain.MultiprocessingOptions(num_workers=int(worker_count),
+                                                           per_worker_buffer_size=int(worker_buffer or 2)))
+    return iter(ids)
 
 
 def eval_batches(source, preprocess, per_host_batch: int, process_index: int = 0, process_count: int = 1,

@@ -52,6 +52,19 @@ def decode_image(data: bytes, name: str = "image") -> np.ndarray:
 
     try:
         img = Image.open(io.BytesIO(data))
+    except Exception as e:  # PIL raises several types; one clear error naming the file.
+        raise ValueError(f"cannot decode image file {name!r}: {type(e).__name__}: {e}") from e
+    return image_to_array(img, name)
+
+
+def image_to_array(img, name: str = "image") -> np.ndarray:
+    """An opened (lazy) `PIL.Image` -> uint8 `[H, W, 3]`, converted as in `decode_image` (which calls it after
+    `Image.open`; `preprocess.TrainPreprocess` calls it after `Image.draft` on lazy records).
+
+    Raises:
+      ValueError: the image data cannot be decoded (truncated, corrupt), naming `name`.
+    """
+    try:
         img.load()
         if img.mode in _HIGH_BIT_MODES:
             full = _HIGH_BIT_MODES[img.mode]
@@ -115,6 +128,10 @@ class ImageFolderSource:
       root: dataset folder or URL.
       split: sub-folder, e.g. 'train' or 'test' ('.': the root itself holds the class folders).
       class_names: if given (e.g. the train split's), the split must have exactly these class folders.
+      lazy: True: `__getitem__` returns the file undecoded, `{"encoded": bytes, "path": str, "label": int}`, for
+        `preprocess.TrainPreprocess` to decode (with JPEG draft decoding when the crop is small, `pp.jpeg_draft`);
+        a file that cannot be decoded then raises (naming it) in the preprocess step, not in the source, so the
+        trainer reads eagerly under `data.decode_errors='skip'`.
 
     Raises:
       FileNotFoundError: `root` or `root/split` does not exist.
@@ -122,7 +139,8 @@ class ImageFolderSource:
         `class_names`; a file that cannot be decoded raises ValueError naming it when it is read.
     """
 
-    def __init__(self, root: str, split: str, class_names: Sequence[str] | None = None):
+    def __init__(self, root: str, split: str, class_names: Sequence[str] | None = None, lazy: bool = False):
+        self.lazy = bool(lazy)
         root = str(root) if storage.is_url(root) else os.path.expanduser(str(root))
         folder = root if split in (".", "") else storage.join(root, split)
         if not storage.isdir(root):
@@ -158,6 +176,8 @@ class ImageFolderSource:
             data = storage.read_bytes(path)
         except Exception as e:
             raise ValueError(f"cannot read image file {path!r}: {type(e).__name__}: {e}") from e
+        if self.lazy:
+            return {"encoded": data, "path": path, "label": int(self.labels[i])}
         return {"image": decode_image(data, path), "label": int(self.labels[i])}
 
     def describe(self, i) -> str:
@@ -260,8 +280,10 @@ class TfdsSource:
         return {"image": to_rgb(np.asarray(r[self.image_key], np.uint8)), "label": int(r[self.label_key])}
 
 
-def get_source(data_config, split: str, class_names: Sequence[str] | None = None):
+def get_source(data_config, split: str, class_names: Sequence[str] | None = None, lazy: bool = False):
     """Builds the source named by `data_config.source` ('digits', 'folder', 'tfds') for `split`.
+
+    `lazy`: a folder source hands out undecoded files (`ImageFolderSource(lazy=True)`); other sources ignore it.
 
     Raises:
       ValueError: unknown source, or a folder/TFDS source without `data.root`/`data.name`.
@@ -274,7 +296,7 @@ def get_source(data_config, split: str, class_names: Sequence[str] | None = None
     if kind == "folder":
         if not data_config.get("root"):
             raise ValueError("data.source='folder' needs data.root, the folder with {train,test}/<class>/*.jpg")
-        return ImageFolderSource(data_config.root, split, class_names)
+        return ImageFolderSource(data_config.root, split, class_names, lazy=lazy)
     if kind == "tfds":
         if not data_config.get("name"):
             raise ValueError("data.source='tfds' needs data.name, e.g. 'cifar100'")

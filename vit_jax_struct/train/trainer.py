@@ -89,7 +89,11 @@ def build(config, devices=None):
     if config.total_steps <= 0:
         raise ValueError(f"config.total_steps {config.total_steps} must be positive")
     data = config.data
-    full_train = sources.get_source(data, data.train_split)
+    # Folder JPEGs reach TrainPreprocess undecoded, so it can decode them at reduced size (pp.jpeg_draft); under
+    # decode_errors='skip' they are decoded in the source, where SkipUnreadable catches a bad file.
+    lazy = (config.pp.get("jpeg_draft", True) and config.pp.get("train_crop", "inception") == "inception"
+            and data.get("decode_errors", "raise") == "raise")
+    full_train = sources.get_source(data, data.train_split, lazy=lazy)
     train_source = sources.nested_subset(full_train, data.get("train_fraction", 0.0), data.get("train_examples", 0),
                                          data.get("subset_seed", 0))
     total_steps = config.total_steps
@@ -347,7 +351,8 @@ def train_and_evaluate(config, workdir: str, devices=None):
     train_it = pipeline.train_iterator(
         parts["train_source"], parts["train_pp"], parts["per_host_batch"], seed=config.seed,
         process_index=jax.process_index(), process_count=jax.process_count(),
-        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256))
+        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256),
+        worker_count=config.data.get("worker_count", 0))  # workers start at the first next(), after the restore
 
     workdir_lock = _acquire_lock(workdir)
     try:
