@@ -112,7 +112,7 @@ def test_input_pipeline_benchmark_runs_on_a_tiny_folder(tmp_path):
     from tests.conftest import write_image_folder
 
     root = write_image_folder(tmp_path, splits=("train",), classes=("a", "b"), per_class=4, size=64)
-    ips, dtype = input_pipeline.bench_ours(root, "train", 16, threads=1, batch=8)
+    ips, dtype = input_pipeline.bench_ours(root, "train", 16, 1, batch=8)
     assert ips > 0 and dtype == "uint8"
-    ips, dtype = input_pipeline.bench_ours(root, "train", 8, threads=2, uint8=False, randaug=True, batch=8)
-    assert ips > 0 and dtype == "float32"
+    ips, dtype = input_pipeline.bench_ours(root, "train", 8, 2, draft=True, randaug=True, batch=8)
+    assert ips > 0 and dtype == "uint8"
