@@ -114,8 +114,7 @@ def main(argv):
 
     try:
         _run()
-    except Preempted as e:
-        logging.warning("%s", e)
+    except Preempted:  # the trainer has logged it, after the checkpoint was complete
         sys.exit(PREEMPTED_EXIT)
     except run_errors as e:
         if _TRACEBACK.value:

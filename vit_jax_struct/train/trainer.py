@@ -301,9 +301,11 @@ class Preempted(Exception):
 
     EXIT_CODE = 143
 
-    def __init__(self, step: int, total: int, directory: str):
+    def __init__(self, step: int, total: int, directory: str, saved: bool = True):
         super().__init__(f"pre-empted: saved checkpoint at step {step} of {total} in {directory}; rerun the same "
-                         "command to resume")
+                         "command to resume" if saved else
+                         f"pre-empted at step {step} of {total}; no checkpoint written (config.save_checkpoints="
+                         "False), so a rerun starts over")
         self.step, self.total = step, total
 
 
@@ -499,9 +501,9 @@ def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, wor
             if preempted:
                 ckpt.wait()
                 writer.flush()
-                logging.warning("pre-empted: saved checkpoint at step %d of %d; rerun the same command to resume",
-                                step, total)
-                raise Preempted(step, total, ckpt.directory)
+                stop = Preempted(step, total, ckpt.directory, saved=save_checkpoints)
+                logging.warning("%s", stop)
+                raise stop
         if step >= total and "eval/accuracy" not in last:
             ev = evaluate(eval_step, model_variables(state), parts, mesh)
             writer.write(step, ev)
