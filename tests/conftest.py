@@ -84,3 +84,22 @@ def gcs():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def sigterm_after_first_save(monkeypatch) -> list:
+    """Patches `Checkpointer.save` so the process gets a SIGTERM (a pre-emption notice) right after the first save;
+    returns the list the saved step is appended to. Undo with `monkeypatch.undo()` before the resumed run."""
+    import signal
+
+    from vit_jax_struct.train import checkpoint
+
+    original_save, sent = checkpoint.Checkpointer.save, []
+
+    def save_then_sigterm(self, step, state, it):
+        original_save(self, step, state, it)
+        if not sent:
+            sent.append(step)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_sigterm)
+    return sent

@@ -1,13 +1,11 @@
 """grain worker processes (`data.worker_count`): the threads' examples, exact resume after SIGTERM, picklable."""
 
-import os
 import pickle
-import signal
 
 import numpy as np
 import pytest
 
-from tests.conftest import tiny_config, write_image_folder
+from tests.conftest import sigterm_after_first_save, tiny_config, write_image_folder
 from vit_jax_struct.data import pipeline, preprocess, sources
 from vit_jax_struct.train import checkpoint, metrics, trainer
 
@@ -57,19 +55,10 @@ def test_worker_processes_sigterm_then_rerun_resumes_bitwise(tmp_path, monkeypat
                       **{"data.worker_count": 2, "data.num_threads": 1, "data.prefetch": 16})
     state_a, last_a = trainer.train_and_evaluate(cfg, str(tmp_path / "a"))
 
-    original_save = checkpoint.Checkpointer.save
-    sent = []
-
-    def save_then_sigterm(self, step, state, it):
-        original_save(self, step, state, it)
-        if not sent:
-            sent.append(step)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_sigterm)
+    sent = sigterm_after_first_save(monkeypatch)  # pre-emption notice right after the first checkpoint
     with pytest.raises(trainer.Preempted) as stop:
         trainer.train_and_evaluate(cfg, str(tmp_path / "b"))
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", original_save)
+    monkeypatch.undo()
     assert sent == [2] and stop.value.step == 3
     state_b, last_b = trainer.train_and_evaluate(cfg, str(tmp_path / "b"))  # workers start after the restore
     la, lb = _losses(tmp_path / "a"), _losses(tmp_path / "b")

@@ -4,17 +4,16 @@ the workdir lock, faults (missing bucket, no credentials, the store going away m
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.conftest import tiny_config, write_image_folder
+from tests.conftest import sigterm_after_first_save, tiny_config, write_image_folder
 from tests.gcs_emulator import Emulator
 from vit_jax_struct import storage
-from vit_jax_struct.train import checkpoint, lock, metrics, trainer
+from vit_jax_struct.train import lock, metrics, trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,18 +28,10 @@ def test_train_into_a_bucket_preempt_resume_bitwise_then_analyse_and_report(gcs,
     cfg = tiny_config(total_steps=8, checkpoint_every_steps=4, eval_every_steps=4, tensorboard=True)
     trainer.train_and_evaluate(cfg, str(tmp_path / "local"))
 
-    original_save, sent = checkpoint.Checkpointer.save, []
-
-    def save_then_sigterm(self, step, state, it):
-        original_save(self, step, state, it)
-        if not sent:
-            sent.append(step)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_sigterm)
+    sigterm_after_first_save(monkeypatch)  # pre-emption notice right after the first checkpoint
     with pytest.raises(trainer.Preempted):
         trainer.train_and_evaluate(cfg, url)
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", original_save)
+    monkeypatch.undo()
     with caplog.at_level(logging.INFO):
         _, last = trainer.train_and_evaluate(cfg, url)
     assert "resuming from checkpoint gs://train-bkt/runs/tiny/checkpoints/5 (step 5 of 8)" in caplog.text

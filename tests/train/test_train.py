@@ -2,7 +2,6 @@
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import tiny_config, write_image_folder
+from tests.conftest import sigterm_after_first_save, tiny_config, write_image_folder
 from vit_jax_struct.data import pipeline
 from vit_jax_struct.train import checkpoint, metrics, trainer
 from vit_jax_struct.train.sharding import tree_paths
@@ -37,19 +36,10 @@ def test_sigterm_then_rerun_resumes_bitwise(tmp_path, monkeypatch, caplog):
     cfg = tiny_config(total_steps=10, checkpoint_every_steps=4, eval_every_steps=5)
     state_a, last_a = trainer.train_and_evaluate(cfg, str(tmp_path / "a"))
 
-    original_save = checkpoint.Checkpointer.save
-    sent = []
-
-    def save_then_sigterm(self, step, state, it):  # pre-emption notice right after the first checkpoint
-        original_save(self, step, state, it)
-        if not sent:
-            sent.append(step)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_sigterm)
+    sent = sigterm_after_first_save(monkeypatch)  # pre-emption notice right after the first checkpoint
     with pytest.raises(trainer.Preempted, match=r"saved checkpoint at step 5 of 10") as stop:
         trainer.train_and_evaluate(cfg, str(tmp_path / "b"))
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", original_save)
+    monkeypatch.undo()
     assert sent == [4] and stop.value.step == 5  # stopped one step after the SIGTERM, checkpointed there
     assert trainer.Preempted.EXIT_CODE == 143
     assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["4", "5"]
