@@ -211,3 +211,23 @@ def test_tpu_vm_launcher_issues_the_commands_for_every_worker_and_refuses_a_loca
     bad = run("run", "vit-l", "us-central2-b", "configs/vit_l16.py", "/tmp/runs/l16")
     assert bad.returncode == 2 and "has 4 hosts" in bad.stderr and "separate disk on each" in bad.stderr
     assert len(log.read_text().splitlines()) == 7  # only the describe: nothing was started
+
+
+def test_tensorboard_on_a_bucket_rolls_over_into_new_files_and_keeps_every_scalar(gcs):
+    from tensorboardX.proto import event_pb2
+
+    from vit_jax_struct.data import tfrecord
+
+    url = gcs.bucket("tb-roll") + "/run"
+    w = metrics.MetricWriter(url, tensorboard=True, flush_secs=0, tb_chunk_bytes=2000)
+    for s in range(1, 200):
+        w.write(s, {"train/loss": 1.0 / s})
+    w.close()
+    files = [n for n in gcs.objects("tb-roll", "run/tensorboard/")]
+    assert len(files) > 3 and len(set(files)) == len(files)  # rolled over, never overwriting an earlier file
+    steps = []
+    for name in files:
+        for rec in tfrecord.read_records(f"gs://tb-roll/{name}"):
+            ev = event_pb2.Event.FromString(rec)
+            steps += [ev.step for v in ev.summary.value if v.tag == "train/loss"]
+    assert sorted(steps) == list(range(1, 200))

@@ -83,6 +83,7 @@ class MetricWriter:
 
             self._tb_dir = storage.join(workdir, "tensorboard")
             self._staging = tempfile.mkdtemp(prefix="tb-") if self.remote else None
+            self._chunk = 0
             self.tb = SummaryWriter(self._staging or self._tb_dir)
 
     def write(self, step: int, scalars: dict) -> None:
@@ -130,18 +131,23 @@ class MetricWriter:
         self._last_flush = time.time()
 
     def _upload_tensorboard(self, final: bool = False) -> None:
+        """Uploads the staged event file(s) whole; one past `tb_chunk_bytes` is closed first and replaced by a new
+        file (TensorBoard reads every file of the folder), so later uploads stay small."""
+        roll = not final and any(os.path.getsize(os.path.join(self._staging, n)) > self.tb_chunk_bytes
+                                 for n in os.listdir(self._staging))
+        if roll:
+            self.tb.close()
         for name in sorted(os.listdir(self._staging)):
             local = os.path.join(self._staging, name)
             with open(local, "rb") as f:
                 storage.write_bytes(storage.join(self._tb_dir, name), f.read())
-            if not final and os.path.getsize(local) > self.tb_chunk_bytes:  # Roll over: later uploads stay small.
-                from tensorboardX import SummaryWriter
-
-                self.tb.close()
-                with open(local, "rb") as f:
-                    storage.write_bytes(storage.join(self._tb_dir, name), f.read())
+            if roll:
                 os.remove(local)
-                self.tb = SummaryWriter(self._staging)
+        if roll:  # A distinct name: event files are named by the second they were opened in.
+            from tensorboardX import SummaryWriter
+
+            self._chunk += 1
+            self.tb = SummaryWriter(self._staging, filename_suffix=f".{self._chunk}")
 
     def close(self) -> None:
         """Flushes everything (uploads on an object store) and closes the files."""
