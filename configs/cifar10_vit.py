@@ -12,7 +12,10 @@ pad-4 random crop + flip. Measured on 2 CPU cores (≈ 410 img/s, 23 min in all)
 0.550 / 0.561 after 1k / 2k / 3k / 4k steps; expected ≥ 0.55.
 Arguments (comma-separated): `tfds=<name>` reads TFDS instead of the folder; `model=resnet18|vgg19` trains a CNN
 baseline with the same data, optimizer and budget;
-`steps=N` shortens the schedule (sweeps); `runlocal` shrinks it to a few steps (tests).
+`steps=N` shortens the schedule (sweeps); `fewshot` adds the few-shot evaluator (1/5/10/25-shot ridge probes of
+the pre-logits at every evaluation) on the pretraining data and on scikit-learn's digits, a downstream task whose
+classes and domain the model never saw (Raghu et al. 2021 §7, Figure 12); `runlocal` shrinks it to a few steps
+(tests).
 """
 
 import ml_collections
@@ -21,11 +24,11 @@ from configs import common
 
 CNNS = {"resnet18": dict(name="resnet", depth=18, stem="cifar", norm="batch", weight_standardization=False,
                          width=64, dtype="float32"),
-        "vgg19": dict(name="vgg", norm="batch", dtype="float32")}
+        "vgg19": dict(name="vgg", norm="batch", width=64, dtype="float32")}
 
 
 def get_config(arg=None):
-    a = common.parse_arg(arg, tfds="", runlocal=False, model="vit", steps=0)
+    a = common.parse_arg(arg, tfds="", runlocal=False, model="vit", steps=0, fewshot=False)
     c = common.base()
     c.total_steps = 4000
     c.batch_size = 128
@@ -61,6 +64,11 @@ def get_config(arg=None):
         c.total_steps = a.steps
         c.optim.warmup_steps = a.steps // 10
         c.eval_every_steps = c.checkpoint_every_steps = max(a.steps // 4, 1)
+    if a.fewshot:  # 10-shot transfer probes (Raghu et al. 2021 §7): the pretraining data and embedded digits
+        c.fewshot.every_steps = c.eval_every_steps
+        own = "cifar10" if not a.tfds else a.tfds
+        c.fewshot.datasets = ml_collections.ConfigDict({own: {}, "digits": {"source": "digits", "name": "",
+                                                                              "root": ""}})
     if a.runlocal:
         c.total_steps, c.batch_size, c.eval_batch_size = 2, 8, 8
         c.log_every_steps = c.eval_every_steps = c.checkpoint_every_steps = 1

@@ -10,12 +10,14 @@
 
 A sweep file defines `get_sweep(arg) -> dict(config=…, overrides={…}, runs=[{name, overrides, [config]}, …])`;
 `grid(**axes)` builds the runs of a Cartesian product. Every run gets its own workdir `ROOT/<name>`; local runs go
-one after another, a finished run (with `final_metrics.json`) is skipped, an interrupted one resumes.
+one after another (`--jobs=N`: N at a time), a finished run (with `final_metrics.json`) is skipped, an interrupted
+one resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.util
 import itertools
 import os
@@ -101,12 +103,32 @@ def commands(sweep: dict, root: str, python: str = sys.executable, multihost: bo
     return out
 
 
+def run_one(name: str, workdir: str, cmd: list) -> int:
+    """Runs one sweep run to completion (skipped when its `final_metrics.json` exists; an interrupted run resumes),
+    its output appended to `workdir/log.txt`; returns its exit status."""
+    if storage.exists(storage.join(workdir, "final_metrics.json")):
+        print(f"[sweep] {name}: done, skipped", flush=True)
+        return 0
+    # The run's log: in its workdir, or beside the sweep for a gs:// root (an object cannot be appended to).
+    log_path = os.path.join(HERE, "runs", "sweep_logs", f"{name}.txt") if storage.is_url(workdir) else \
+        os.path.join(workdir, "log.txt")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    print(f"[sweep] {name}: running ({shlex.join(cmd)}), log {log_path}", flush=True)
+    with open(log_path, "a") as log:
+        rc = subprocess.call(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT)
+    print(f"[sweep] {name}: exit {rc}" + (" (pre-empted: rerun the sweep to resume it)" if rc == 143 else ""),
+          flush=True)
+    return rc
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sweep", required=True, help="sweep file[:arg]")
     ap.add_argument("--root", required=True, help="folder for the runs' workdirs")
-    ap.add_argument("--run", action="store_true", help="run locally, one after another")
+    ap.add_argument("--run", action="store_true", help="run locally (one after another, or --jobs at a time)")
     ap.add_argument("--only", default="", help="only runs whose name contains this")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="with --run: how many runs at a time (in the sweep's order; each one a process)")
     ap.add_argument("--tpu", default="", help="NAME,ZONE: print launch/tpu_vm.sh commands for a TPU VM")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="config override for every run, winning over the sweep's (repeatable)")
@@ -121,25 +143,15 @@ def main(argv=None):
             flags = " ".join(shlex.quote(a) for a in cmd[4:-1])
             print(f"launch/tpu_vm.sh run {name} {zone} {config} {workdir} {flags}")
         return 0
-    failed = []
-    for name, workdir, cmd in cmds:
-        if not args.run:
+    if args.jobs < 1:
+        ap.error(f"--jobs {args.jobs} must be ≥ 1")
+    if not args.run:
+        for _, _, cmd in cmds:
             print(shlex.join(cmd))
-            continue
-        if storage.exists(storage.join(workdir, "final_metrics.json")):
-            print(f"[sweep] {name}: done, skipped", flush=True)
-            continue
-        # The run's log: in its workdir, or beside the sweep for a gs:// root (an object cannot be appended to).
-        log_path = os.path.join(HERE, "runs", "sweep_logs", f"{name}.txt") if storage.is_url(workdir) else \
-            os.path.join(workdir, "log.txt")
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
-        print(f"[sweep] {name}: running ({shlex.join(cmd)}), log {log_path}", flush=True)
-        with open(log_path, "a") as log:
-            rc = subprocess.call(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT)
-        print(f"[sweep] {name}: exit {rc}" + (" (pre-empted: rerun the sweep to resume it)" if rc == 143 else ""),
-              flush=True)
-        if rc:
-            failed.append(name)
+        return 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        rcs = list(pool.map(lambda c: run_one(*c), cmds))
+    failed = [name for (name, _, _), rc in zip(cmds, rcs, strict=True) if rc]
     if failed:
         print(f"[sweep] failed runs: {failed}", file=sys.stderr)
         return 1

@@ -2,6 +2,7 @@
 
 import glob
 import importlib.util
+import json
 import os
 
 import jax
@@ -124,16 +125,41 @@ def test_sweep_expands_and_every_run_builds(tmp_path):
     arg = f":steps=8,data_steps=8,root={root}"
     sw = sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar_ablations.py") + arg)
     cmds = sweep.commands(sw, str(tmp_path / "runs"))
-    # 4 (2 seeds x permute) + skip + GAP + positional + 2 ResNet-18 + 3 data-size arms, each in its own workdir.
-    assert len(cmds) == len(sw["runs"]) == 12 and len({w for _, w, _ in cmds}) == 12
+    # 4 (2 seeds x permute) + skip + GAP + positional + 8 CNN (ResNet-18, VGG-19 x permute x 2 seeds) + 2 seeds of
+    # the 5 long arms (3 data sizes, GAP, positional), each in its own workdir.
+    assert len(cmds) == len(sw["runs"]) == 25 and len({w for _, w, _ in cmds}) == 25
     for run in sw["runs"]:
         path, _, arg = run["config"].partition(":")
         c = load(path, arg)
         apply_overrides(c, {**sw["overrides"], **run["overrides"]})
         c.data.num_classes = 0
         parts = trainer.build(c)
-        assert parts["total_steps"] == (8 if c.model.name == "vit" else 200)
+        assert parts["total_steps"] == (8 if c.model.name == "vit" else 500)
+        assert bool(c.fewshot.every_steps) == ("steps=8,fewshot" in run["config"])
     assert any("--config.model.attention=positional" in cmd for _, _, cmd in cmds)
+    assert sum("--config.model.width=16" in cmd and "model=vgg19" in cmd[2] for _, _, cmd in cmds) == 4
+
+
+def test_sweep_runs_jobs_in_parallel_and_skips_finished_runs(tmp_path, capsys):
+    from launch import sweep
+
+    spec = tmp_path / "tiny_sweep.py"
+    spec.write_text(
+        "def get_sweep(arg=None):\n"
+        "    return {'config': 'configs/default.py', 'overrides': {'total_steps': 2, 'optim.warmup_steps': 1,\n"
+        "            'eval_every_steps': 2, 'checkpoint_every_steps': 2, 'tensorboard': False},\n"
+        "            'runs': [{'name': f'seed={s}', 'overrides': {'seed': s}} for s in (0, 1)]}\n")
+    args = [f"--sweep={spec}", f"--root={tmp_path / 'runs'}", "--run", "--jobs=2"]
+    assert sweep.main(args) == 0
+    for s in (0, 1):
+        with open(tmp_path / "runs" / f"seed={s}" / "final_metrics.json") as f:
+            assert json.load(f)["step"] == 2
+        assert "step 2/2" in (tmp_path / "runs" / f"seed={s}" / "log.txt").read_text()
+    capsys.readouterr()
+    assert sweep.main(args) == 0
+    assert capsys.readouterr().out.count("done, skipped") == 2
+    with pytest.raises(SystemExit):
+        sweep.main([*args[:2], "--run", "--jobs=0"])
 
 
 def test_cifar_config_trains_from_tfds(tmp_path):
@@ -199,7 +225,7 @@ def test_sweep_set_overrides_every_run_for_a_smoke_sweep(tmp_path, capsys):
     sets = ["total_steps=20", "eval_every_steps=10", "data.eval_examples=256", "optim.warmup_steps=2"]
     sw = sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar_ablations.py"))
     cmds = sweep.commands(sw, str(tmp_path), sets=sweep.parse_sets(sets))
-    assert len(cmds) == 12
+    assert len(cmds) == 25
     for (_, _, argv), run in zip(cmds, sw["runs"], strict=True):
         flags = [a for a in argv if a.startswith("--config.")]
         for s in sets:  # once each, winning over the run's own (ResNet arms set eval_every_steps, data.eval_examples)
@@ -210,7 +236,7 @@ def test_sweep_set_overrides_every_run_for_a_smoke_sweep(tmp_path, capsys):
         apply_overrides(c, {**sw["overrides"], **run["overrides"], "total_steps": 20, "eval_every_steps": 10,
                             "data.eval_examples": 256, "optim.warmup_steps": 2})
         validate.validate(c)
-    assert sweep.main([f"--sweep={ROOT}/configs/sweeps/cifar_ablations.py", f"--root={tmp_path}", "--only=gap",
+    assert sweep.main([f"--sweep={ROOT}/configs/sweeps/cifar_ablations.py", f"--root={tmp_path}", "--only=gap,seed=0",
                        *[f"--set={s}" for s in sets]]) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     assert len(printed) == 1 and "--config.total_steps=20" in printed[0] and "classifier=gap" in printed[0]

@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from vit_jax_struct import report
@@ -36,26 +37,44 @@ def test_scoreboard_compares_arms_and_writes_tables(tmp_path):
     cnn = {"name": "resnet", "depth": 18}
     _run(root, "rn", 0.7, model=dict(cnn))
     _run(root, "rn_perm", 0.5, model=dict(cnn), permute_patches=True)
+    _run(root, "rn1", 0.72, seed=1, model=dict(cnn))
+    _run(root, "rn_perm1", 0.46, seed=1, model=dict(cnn), permute_patches=True)
     runs = report.find_runs([root])
-    assert len(runs) == 10 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
+    assert len(runs) == 12 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
     rows = {r["comparison"]: r for r in report.compare(runs)}
     j2 = rows["permuted vs original patches (ViT)"]
     assert j2["baseline"] == pytest.approx(0.61) and j2["n_baseline"] == 2
-    assert j2["delta_points"] == pytest.approx(-0.5) and j2["verdict"].startswith("same")
+    # Seed spread: only the baseline has two seeds, s = sd(0.60, 0.62) = 1.414 points; 2·s = 2.83 > |−0.5|.
+    assert j2["spread_points"] == pytest.approx(100 * np.std([0.60, 0.62], ddof=1))
+    assert j2["delta_points"] == pytest.approx(-0.5) and j2["verdict"] == "no effect beyond seed noise (as the paper)"
+    assert rows["positional vs standard attention (ViT)"]["verdict"].startswith("differs (-11.0 points")
     assert rows["positional vs standard attention (ViT)"]["delta_points"] == pytest.approx(-11.0)
     assert rows["positional vs standard attention (ViT)"]["n_treatment"] == 1
-    assert rows["permuted vs original patches (CNN)"]["verdict"] == "same direction"
+    j3 = rows["permuted vs original patches (CNN)"]
+    # Pooled over both arms: variances of (0.70, 0.72) and (0.50, 0.46), one degree of freedom each.
+    pooled = np.sqrt((np.var([0.70, 0.72], ddof=1) + np.var([0.50, 0.46], ddof=1)) / 2)
+    assert j3["spread_points"] == pytest.approx(100 * pooled)
+    assert j3["delta_points"] == pytest.approx(-23.0) and j3["verdict"] == "same direction"
     assert rows["skip connections removed in a middle block (ViT) [skip 3:both]"]["delta_points"] == \
         pytest.approx(-6.0)
     assert rows["train_fraction < 1 vs all data (ViT) [fraction 0.1]"]["verdict"] == "same direction"
-    assert rows["train_fraction < 1 vs all data (ViT) [fraction 0.3]"]["verdict"].startswith("no clear effect")
+    assert rows["train_fraction < 1 vs all data (ViT) [fraction 0.3]"]["verdict"] == "no effect beyond seed noise"
     md, csv_path = report.write(runs, list(rows.values()), str(tmp_path / "out"), "python launch/sweep.py …")
     with open(md) as f:
         text = f.read()
     assert "| J3 |" in text and "python launch/sweep.py" in text
     with open(csv_path) as f:
-        assert f.read().count("\n") == 11
+        assert f.read().count("\n") == 13
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0
+
+
+def test_verdict_rule_needs_two_seeds_and_twice_the_spread():
+    assert report.seed_spread([0.5], [0.4]) is None
+    assert report.verdict(-10.0, None, "negative") == "not judged (one seed per arm)"
+    assert report.verdict(-3.0, 1.4, "negative") == "same direction"
+    assert report.verdict(+3.0, 1.4, "negative") == "opposite direction"
+    assert report.verdict(-2.8, 1.4, "negative") == "no effect beyond seed noise"
+    assert report.verdict(2.8, 1.4, "small") == "no effect beyond seed noise (as the paper)"
 
 
 def _curve_run(root, name, seed=0, **model_kw):

@@ -61,8 +61,8 @@ class Row:
 class Comparison:
     """A scoreboard comparison (report.py): treatment knobs vs the baseline arm of the same family and budget.
 
-    `rule`: "small" (the paper finds no/a small effect: |Δ| ≤ 2 points is "same") or "negative" (the paper finds a
-    drop: a Δ < −NOISE_POINTS is "same direction").
+    `rule`: what the paper finds, "small" (no clear effect) or "negative" (a drop); the verdict applies
+    `report.VERDICT_RULE` (|Δ| > 2 × the pooled seed spread is an effect) and compares its sign with the paper's.
     """
 
     id: str

@@ -75,9 +75,32 @@ BASE = {"attention": "standard", "classifier": "token", "skip_ablation": "-", "p
 CATALOG = [(c.id, c.what, c.family, c.knobs, catalog.paper_says(c.rows), c.rule) for c in catalog.COMPARISONS]
 
 
-# A directional effect smaller than this (accuracy points) is not called either way: about the seed-to-seed spread of
-# the small CIFAR-10 ViT runs in docs/results (0.356-0.375 over 2 seeds at 500 steps is the largest seen).
-NOISE_POINTS = 1.0
+# The verdict rule, one for every row: an effect is a difference of the arms' mean accuracies |Δ| greater than twice
+# the seed spread s, the pooled sample standard deviation of single runs over seeds (both arms; Welford-free: the
+# pooled variance Σ(n_i − 1)s_i² / Σ(n_i − 1)). A row with one seed per arm has no spread and is not judged.
+VERDICT_RULE = ("effect = |Δ| > 2·s, s = pooled sample s.d. of single runs over seeds (both arms); "
+                "one seed per arm: not judged")
+
+
+def seed_spread(*arms) -> float | None:
+    """Pooled sample standard deviation (accuracy units) of the arms' per-seed accuracies; None if no arm has two
+    seeds."""
+    dof = sum(len(a) - 1 for a in arms if len(a) > 1)
+    if not dof:
+        return None
+    return (sum((len(a) - 1) * statistics.variance(a) for a in arms if len(a) > 1) / dof) ** 0.5
+
+
+def verdict(delta_points: float, spread_points: float | None, rule: str) -> str:
+    """The verdict of `VERDICT_RULE` for a Δ and seed spread (points); `rule` is what the paper expects:
+    "small" (no clear effect) or "negative" (the treatment lowers accuracy)."""
+    if spread_points is None:
+        return "not judged (one seed per arm)"
+    if abs(delta_points) <= 2 * spread_points:
+        return "no effect beyond seed noise" + (" (as the paper)" if rule == "small" else "")
+    if rule == "small":
+        return f"differs ({delta_points:+.1f} points; the paper sees none)"
+    return "same direction" if delta_points < 0 else "opposite direction"
 
 
 def _matches(run, knobs) -> bool:
@@ -93,6 +116,10 @@ def _matches(run, knobs) -> bool:
         elif run[k] != v:
             return False
     return True
+
+
+def _acc(mean: float, sd: float | None, n: int) -> str:
+    return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "") + f" (n={n})"
 
 
 def _mean(xs):
@@ -116,20 +143,20 @@ def compare(runs) -> list[dict]:
             b = [r for r in base if r["steps"] == steps]
             if not t or not b:
                 continue
-            acc_b, acc_t = _mean([r["eval/accuracy"] for r in b]), _mean([r["eval/accuracy"] for r in t])
+            accs_b, accs_t = [r["eval/accuracy"] for r in b], [r["eval/accuracy"] for r in t]
+            acc_b, acc_t = _mean(accs_b), _mean(accs_t)
             delta = 100 * (acc_t - acc_b)
-            if rule == "small":
-                verdict = "same (within 2 points)" if abs(delta) <= 2 else f"differs ({delta:+.1f} points)"
-            elif abs(delta) < NOISE_POINTS:
-                verdict = f"no clear effect (within ±{NOISE_POINTS:g} point)"
-            else:
-                verdict = "same direction" if delta < 0 else "opposite direction"
+            spread = seed_spread(accs_b, accs_t)
+            spread_points = None if spread is None else 100 * spread
             label = what if g is None else f"{what} [{'fraction ' + str(g[0]) if g[0] < 1 else 'skip ' + g[1]}]"
             if len(budgets) > 1:
                 label += f" at {steps} steps"
             rows.append({"id": rid, "comparison": label, "runs": [r["run"] for r in b + t], "baseline": acc_b,
                          "n_baseline": len(b), "treatment": acc_t,
-                         "n_treatment": len(t), "delta_points": delta, "paper": paper, "verdict": verdict,
+                         "n_treatment": len(t), "delta_points": delta, "paper": paper,
+                         "sd_baseline": statistics.stdev(accs_b) if len(b) > 1 else None,
+                         "sd_treatment": statistics.stdev(accs_t) if len(t) > 1 else None,
+                         "spread_points": spread_points, "verdict": verdict(delta, spread_points, rule),
                          "models": ", ".join(sorted({r["model"] for r in t}))})
     return rows
 
@@ -177,12 +204,15 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
     if commands:
         lines += ["Produced by:", "", "```", commands.strip(), "```", ""]
     lines += ["## Catalog rows", "",
-              "| id | comparison | model | baseline acc | treatment acc | Δ (points) | paper says | verdict |",
-              "|---|---|---|---|---|---|---|---|"]
+              f"Accuracies: mean ± sample s.d. over seeds (n seeds). Verdict rule, for every row: {VERDICT_RULE}.", "",
+              "| id | comparison | model | baseline acc | treatment acc | Δ (points) | 2·s (points) | paper says "
+              "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['id']} | {r['comparison']} | {r['models']} | {r['baseline']:.4f} (n={r['n_baseline']}) "
-                     f"| {r['treatment']:.4f} (n={r['n_treatment']}) | {r['delta_points']:+.1f} | {r['paper']} "
-                     f"| {r['verdict']} |")
+        two_s = "—" if r["spread_points"] is None else f"{2 * r['spread_points']:.1f}"
+        lines.append(f"| {r['id']} | {r['comparison']} | {r['models']} | "
+                     f"{_acc(r['baseline'], r['sd_baseline'], r['n_baseline'])} | "
+                     f"{_acc(r['treatment'], r['sd_treatment'], r['n_treatment'])} | {r['delta_points']:+.1f} | "
+                     f"{two_s} | {r['paper']} | {r['verdict']} |")
     if curves and curves.get("comparisons"):
         lines += ["", "## Training curves", "", "Train loss, eval accuracy and few-shot accuracy vs step, the arms of "
                   "each comparison overlaid (one file per run beside them in `curves/`):", ""]

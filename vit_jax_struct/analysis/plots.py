@@ -69,6 +69,78 @@ def attention_distance(d: dict, path, uniform: float | None = None):
     plt.close(fig)
 
 
+def attention_distance_panels(panels: dict, path, uniform: float | None = None, local: float | None = None):
+    """One panel per model group (Raghu et al. Fig. 6: a panel per pretraining dataset): x = block, y = mean
+    attention distance (pixels) of every head, heads sorted per block, seeds side by side with their own marker.
+
+    `panels`: `{title: [per seed {block name: [heads] distances}]}`; `uniform`: the distance of uniform attention,
+    `local`: the threshold below which a head counts as local (both drawn as horizontal lines).
+
+    Raises:
+      ValueError: `panels` is empty.
+    """
+    if not panels:
+        raise ValueError("attention_distance_panels needs at least one panel")
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 1.5, 3.8), sharey=True,
+                             layout="constrained", squeeze=False)
+    markers = ("o", "s", "^", "D")
+    for ax, (title, seeds) in zip(axes[0], panels.items(), strict=True):
+        for k, d in enumerate(seeds):
+            n_heads = max((len(h) for h in d.values()), default=1)
+            colors = plt.get_cmap("viridis")(np.linspace(0, 1, n_heads))
+            for i, heads in enumerate(d.values()):
+                h = np.sort(np.asarray(heads))
+                xs = i + (k - (len(seeds) - 1) / 2) * 0.25 + np.linspace(-0.08, 0.08, len(h))
+                ax.scatter(xs, h, s=12, c=colors[:len(h)], marker=markers[k % len(markers)],
+                           label=f"seed {k} (colour: head rank, nearest first)" if i == 0 else None)
+        if uniform is not None:
+            ax.axhline(uniform, color="grey", ls=":", lw=1, label="uniform attention")
+        if local is not None:
+            ax.axhline(local, color="tab:red", ls="--", lw=0.8, label="local-head threshold")
+        blocks = list(seeds[0]) if seeds else []
+        ax.set_xticks(range(len(blocks)), blocks, rotation=45, fontsize=7)
+        ax.set_xlabel("encoder block")
+        ax.set_title(title, fontsize=9)
+    axes[0][0].set_ylabel("mean attention distance (pixels; low: local)")
+    axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("Mean attention distance per head, heads sorted by distance within each block", fontsize=9)
+    storage.savefig(fig, path, dpi=110)
+    plt.close(fig)
+
+
+def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, ylim=None):
+    """One line per series through the mean over seeds, with a band of ± one sample standard deviation and every
+    seed's value as a dot.
+
+    `series`: `{label: {x label: [values over seeds]}}`; x labels keep their order (categorical axis).
+
+    Raises:
+      ValueError: `series` is empty.
+    """
+    if not series:
+        raise ValueError("lines_with_spread needs at least one series")
+    fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
+    xs_all = list(dict.fromkeys(x for pts in series.values() for x in pts))
+    for label, pts in series.items():
+        xi = np.asarray([xs_all.index(x) for x in pts])
+        vals = [np.asarray(v, float) for v in pts.values()]
+        mean = np.asarray([v.mean() for v in vals])
+        std = np.asarray([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals])
+        (line,) = ax.plot(xi, mean, marker="o", ms=4, label=f"{label} (n={max(len(v) for v in vals)})")
+        ax.fill_between(xi, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        for i, v in zip(xi, vals, strict=True):
+            ax.scatter(np.full(len(v), i), v, s=8, color=line.get_color(), alpha=0.6)
+    ax.set_xticks(range(len(xs_all)), xs_all, rotation=45 if len(xs_all) > 4 else 0, fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.legend(fontsize=7)
+    fig.suptitle(textwrap.fill(title + " — line: mean over seeds, band: ± 1 s.d.", 110), fontsize=9)
+    storage.savefig(fig, path, dpi=110)
+    plt.close(fig)
+
+
 def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label):
     n = len(maps)
     cols = math.ceil(math.sqrt(n))

@@ -145,11 +145,14 @@ VGG19 = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512
 class VGG(nn.Module):
     """VGG-19 with BatchNorm for 32-px images (`config E`); five 2x2 max-pools leave `[B, 1, 1, 512]`.
 
-    Fields: `num_classes`, `layers` (channels, "M" = max-pool), `norm`, `dtype`.
+    Fields: `num_classes`, `layers` (channels of the standard network, "M" = max-pool), `width` (channels of the
+    first stage; every layer is scaled by `width / 64`, so 64 is the standard VGG-19 and 16 a thin one for CPUs),
+    `norm`, `dtype`.
     """
 
     num_classes: int | None
     layers: tuple = VGG19
+    width: int = 64
     norm: str = "batch"
     dtype: Dtype = jnp.float32
 
@@ -162,7 +165,8 @@ class VGG(nn.Module):
             if layer == "M":
                 x = nn.max_pool(x, (2, 2), (2, 2))
                 continue
-            x = nn.Conv(int(layer), (3, 3), padding="SAME", dtype=self.dtype, name=f"conv{i}")(x)
+            channels = max(1, int(layer) * self.width // 64)
+            x = nn.Conv(channels, (3, 3), padding="SAME", dtype=self.dtype, name=f"conv{i}")(x)
             x = nn.relu(_norm(self.norm, train, self.dtype, f"norm{i}")(x))
             out["stem" if i == 0 else f"block{i - 1:02d}"] = x
             i += 1

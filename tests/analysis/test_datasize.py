@@ -1,0 +1,82 @@
+"""Data-size study (R2/R6/R7): run discovery, CKA references, local-head shares and the page, on written workdirs."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from vit_jax_struct.analysis import datasize
+
+LAYERS = ["stem", "block00", "block01", "block02", "block03", "block04", "block05"]
+
+
+def _run(root, name, fraction, seed, distances, cka_diag=None, other=None, steps=4000, **model):
+    d = os.path.join(root, name)
+    os.makedirs(os.path.join(d, "analysis"))
+    cfg = {"seed": seed, "total_steps": steps,
+           "model": {"name": "vit", "variant": "Ti/8", "classifier": "token", "attention": "standard",
+                     "skip_ablation": "", **model},
+           "data": {"train_fraction": fraction, "permute_patches": False, "image_size": 32}}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with open(os.path.join(d, "final_metrics.json"), "w") as f:
+        json.dump({"step": steps, "eval/accuracy": 0.5 + fraction / 10, "fewshot/digits_10shot": 0.6 + seed / 100},
+                  f)
+    a = {"step": steps, "examples": 64,
+         "attention_distance_pixels": {f"block{i:02d}": h for i, h in enumerate(distances)}}
+    if cka_diag is not None:
+        m = np.full((7, 7), 0.1)
+        np.fill_diagonal(m, cka_diag)
+        a["cka_across"] = {"other": other, "layers": LAYERS, "other_layers": LAYERS, "matrix": m.tolist()}
+    with open(os.path.join(d, "analysis", "analysis.json"), "w") as f:
+        json.dump(a, f)
+    return d
+
+
+def test_data_size_study_finds_runs_pairs_references_and_counts_local_heads(tmp_path):
+    root = str(tmp_path)
+    far = [[16.0] * 4] * 6
+    # Two of the 8 heads of blocks 0–1 (the first third of 6 blocks) lie below 0.75 × 16 = 12 px.
+    near = [[4.0, 16.0, 16.0, 16.0], [11.9, 12.0, 16.0, 16.0]] + [[16.0] * 4] * 4
+    full0 = _run(root, "full0", 0.0, 0, near, [0.99, 0.98, 0.97, 0.9, 0.8, 0.7, 0.6], other="ROOT/full1")
+    full1 = _run(root, "full1", 0.0, 1, near, [0.99] * 7, other=full0)
+    _run(root, "sub0", 0.1, 0, far, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4], other=full0)
+    _run(root, "gap", 0.0, 0, near, classifier="gap")          # another knob: not a data-size run
+    _run(root, "short", 0.0, 0, near, steps=500)               # another budget
+    os.remove(os.path.join(root, "short", "final_metrics.json"))
+    runs = datasize.find_runs(root, 4000)
+    assert [(r["name"], r["fraction"], r["seed"]) for r in runs] == [("sub0", 0.1, 0), ("full0", 1.0, 0),
+                                                                    ("full1", 1.0, 1)]
+    assert datasize.reference_for(runs[0], runs) == full0      # subset: the full-data model of its seed
+    assert datasize.reference_for(runs[1], runs) == full1      # full data: another seed's full-data model
+    assert datasize.reference_for(runs[2], runs) == full0
+    s = datasize.summarize(runs, 16.0)
+    assert s["local_threshold_px"] == 12.0
+    sub, full = s["fractions"]
+    assert sub["fraction"] == 0.1 and [x["seed"] for x in full["seeds"]] == [0, 1]
+    assert sub["seeds"][0]["early_blocks"] == ["block00", "block01"]
+    assert sub["seeds"][0]["local_heads_early"] == 0.0
+    assert full["seeds"][0]["local_heads_early"] == pytest.approx(2 / 8)
+    assert full["seeds"][0]["early_mean_distance_px"] == pytest.approx(np.mean(near[0] + near[1]))
+    assert sub["seeds"][0]["cka_to_reference"]["block05"] == pytest.approx(0.4)
+    # The pair of full-data seeds is counted once (from the lower seed), not once per direction.
+    assert full["seeds"][0]["cka_to_reference"]["block03"] == pytest.approx(0.8)
+    assert full["seeds"][1]["cka_to_reference"] is None
+    text = datasize.render(s, "python -m vit_jax_struct.analysis.datasize …")
+    assert "| 0.1 | 0.5100 (n=1) | block00, block01 | 16.00 (n=1) | 0.00 (n=1) |" in text
+    assert "| 1 | 0.5000 ± 0.0000 (n=2) | block00, block01 | 13.49 ± 0.00 (n=2) | 0.25 ± 0.00 (n=2) |" in text
+    assert "| 1 | 0.605 ± 0.007 |" in text  # digits 10-shot: 0.60 and 0.61 over the two full-data seeds
+    out = str(tmp_path / "out")
+    paths = datasize.write(s, out, "cmd")
+    assert all(os.path.getsize(p) > 0 for p in paths)
+    with open(os.path.join(out, "datasize.json")) as f:
+        assert json.load(f)["fractions"][0]["seeds"][0]["run"] == "sub0"
+
+
+def test_data_size_study_without_a_full_data_run_is_refused(tmp_path):
+    _run(str(tmp_path), "sub0", 0.1, 0, [[16.0] * 4] * 6)
+    with pytest.raises(FileNotFoundError, match="no full-data run"):
+        datasize.main(["--runs", str(tmp_path), "--steps", "4000", "--out", str(tmp_path / "o")])
+    with pytest.raises(FileNotFoundError, match="no finished data-size run of 10 steps"):
+        datasize.main(["--runs", str(tmp_path), "--steps", "10", "--out", str(tmp_path / "o")])

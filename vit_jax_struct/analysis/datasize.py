@@ -1,0 +1,241 @@
+"""The data-size study over a sweep's `data.train_fraction` runs: catalog rows R2, R6 and R7 (Raghu et al. 2021).
+
+    python -m vit_jax_struct.analysis.datasize --runs=runs/cifar_ablations --steps=4000 --out=docs/results/datasize
+
+Finds the ViT runs of `--runs` (a sweep root; each run folder has `config.json`) that differ only in
+`data.train_fraction` and `seed` (CLS token, standard attention, no permutation or skip ablation, `total_steps` =
+`--steps`), runs `--mode=analyze` on each that lacks it (`analysis/analysis.json`; a subset model is compared with the
+full-data model of its seed, a full-data model with the full-data model of another seed: the seed-to-seed reference
+for R7), and writes into `--out`:
+
+- `attention_distance.png` / R2 (§4, Fig. 6: "with too little data the lower layers do not learn to attend
+  locally"): mean attention distance per head and block, heads sorted per block, one panel per data size;
+  `local_heads_early` = the share of heads in the first third of the blocks whose mean distance is below
+  `LOCAL_FRACTION` × the distance of uniform attention.
+- `cka_to_full.png` / R7 (§7, Fig. 13: "higher layers of models trained on smaller subsets diverge from the
+  full-data model's"): linear CKA (Kornblith et al. 2019, Eq. 4; minibatch estimator of Nguyen et al. 2021) of each
+  block of a subset model with the same block of the full-data model of the same seed, and of two full-data seeds.
+- `fewshot.png` / R6 (§7, Fig. 12: "more pretraining data → better few-shot transfer"): the in-training few-shot
+  evaluator's last k-shot ridge accuracies (`config.fewshot`) on each dataset vs the data size.
+- `README.md` (tables, mean ± spread over seeds) and `datasize.json` (every number).
+
+Raises (from `main`): FileNotFoundError when no run of `--steps` is found or there is no full-data run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+from vit_jax_struct import storage
+
+LOCAL_FRACTION = 0.75  # a head is "local" when its mean distance is < 75 % of uniform attention's distance
+
+
+def _config(workdir: str) -> dict | None:
+    path = storage.join(workdir, "config.json")
+    return json.loads(storage.read_text(path)) if storage.exists(path) else None
+
+
+def is_data_size_run(c: dict, steps: int) -> bool:
+    """Whether the run config `c` (a `config.json` dict) is a plain ViT of `steps` steps, which may differ from the
+    sweep's baseline only in `data.train_fraction` and `seed`."""
+    m, d = c.get("model", {}), c.get("data", {})
+    return (m.get("name", "vit") == "vit" and m.get("classifier", "token") == "token"
+            and m.get("attention", "standard") == "standard" and not m.get("skip_ablation")
+            and not d.get("permute_patches") and int(c.get("total_steps", 0)) == steps)
+
+
+def find_runs(root: str, steps: int) -> list[dict]:
+    """`[{workdir, name, fraction, seed}]` of the data-size runs under `root`, by fraction then seed.
+
+    `fraction` is `data.train_fraction`, with 0 (all data) as 1.0.
+    """
+    runs = []
+    for name in sorted(storage.listdir(root)):
+        workdir = storage.join(root, name)
+        c = _config(workdir)
+        if c is None or not is_data_size_run(c, steps):
+            continue
+        if not storage.exists(storage.join(workdir, "final_metrics.json")):
+            continue  # not finished
+        frac = float(c["data"].get("train_fraction") or 0.0) or 1.0
+        runs.append({"workdir": workdir, "name": name, "fraction": frac, "seed": int(c.get("seed", 0))})
+    return sorted(runs, key=lambda r: (r["fraction"], r["seed"]))
+
+
+def reference_for(run: dict, runs: list[dict]) -> str | None:
+    """The run a model's cross-model CKA is measured against: the full-data run of the same seed for a subset
+    model; for a full-data model, the full-data run of the next other seed (None if there is no such run)."""
+    full = {r["seed"]: r["workdir"] for r in runs if r["fraction"] == 1.0}
+    if run["fraction"] < 1.0:
+        return full.get(run["seed"])
+    others = sorted(s for s in full if s != run["seed"])
+    return full[others[0]] if others else None
+
+
+def ensure_analysis(runs: list[dict], num_examples: int, batch: int) -> None:
+    """Runs `analysis.run.analyze(run, compare=reference_for(run))` for every run whose `analysis/analysis.json`
+    is missing or was compared with another model (an existing one against the same model is reused)."""
+    from vit_jax_struct.analysis import run as analysis_run
+
+    for r in runs:
+        ref = reference_for(r, runs)
+        path = storage.join(r["workdir"], "analysis", "analysis.json")
+        if storage.exists(path):
+            got = json.loads(storage.read_text(path))
+            if got.get("cka_across", {}).get("other") == ref:
+                continue  # reused (whatever its number of examples): delete RUN/analysis to measure again
+        print(f"[datasize] analysing {r['name']} (CKA against {ref})", flush=True)
+        analysis_run.analyze(r["workdir"], compare=ref, num_examples=num_examples, batch=batch)
+
+
+def _mean_spread(values) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    values = [float(v) for v in values]
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def summarize(runs: list[dict], grid_uniform_px: float) -> dict:
+    """Every number of the study per fraction: attention distances `[blocks][heads]` per seed, the share of local
+    heads in the early blocks, the per-block CKA to the reference model, eval accuracy and few-shot accuracies."""
+    by_frac: dict = {}
+    full_seeds = sorted(r["seed"] for r in runs if r["fraction"] == 1.0)
+    for r in runs:
+        a = json.loads(storage.read_text(storage.join(r["workdir"], "analysis", "analysis.json")))
+        final = json.loads(storage.read_text(storage.join(r["workdir"], "final_metrics.json")))
+        dist = a["attention_distance_pixels"]
+        blocks = sorted(dist)
+        early = blocks[:max(1, len(blocks) // 3)]
+        heads = np.concatenate([np.asarray(dist[b]) for b in early])
+        cross = a.get("cka_across")
+        cka_diag = None
+        if cross and (r["fraction"] < 1.0 or r["seed"] == full_seeds[0]):  # each pair of full-data seeds once
+            m = np.asarray(cross["matrix"])
+            cka_diag = {name: float(m[i, cross["other_layers"].index(name)]) for i, name in enumerate(cross["layers"])
+                        if name in cross["other_layers"]}
+        entry = by_frac.setdefault(str(r["fraction"]), {"fraction": r["fraction"], "seeds": []})
+        entry["seeds"].append({
+            "seed": r["seed"], "run": r["name"], "step": a["step"],
+            "eval_accuracy": final.get("eval/accuracy"),
+            "fewshot": {k.removeprefix("fewshot/"): v for k, v in final.items() if k.startswith("fewshot/")},
+            "attention_distance_pixels": {b: dist[b] for b in blocks},
+            "early_blocks": early,
+            "early_mean_distance_px": float(heads.mean()),
+            "local_heads_early": float((heads < LOCAL_FRACTION * grid_uniform_px).mean()),
+            "cka_to_reference": cka_diag, "reference": cross["other"] if cross else None})
+    return {"uniform_attention_px": grid_uniform_px, "local_threshold_px": LOCAL_FRACTION * grid_uniform_px,
+            "fractions": [by_frac[k] for k in sorted(by_frac, key=float)]}
+
+
+def _fmt(values, digits=3) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "—"
+    m, s = _mean_spread(values)
+    return f"{m:.{digits}f}" + (f" ± {s:.{digits}f}" if len(values) > 1 else "") + f" (n={len(values)})"
+
+
+def render(summary: dict, command: str) -> str:
+    """The markdown page (`README.md`) of a `summarize` result."""
+    fr = summary["fractions"]
+    lines = ["# Data size: R2 (attention distance), R6 (few-shot transfer), R7 (CKA to the full-data model)", "",
+             "<!-- generated by vit_jax_struct/analysis/datasize.py -->", "", "```", command, "```", "",
+             f"Mean ± sample standard deviation over seeds. Uniform attention on this grid: "
+             f"{summary['uniform_attention_px']:.1f} px; a head is local below {summary['local_threshold_px']:.1f} px "
+             f"({LOCAL_FRACTION:.0%} of it).", "",
+             "## R2 — attention distance in the early blocks", "",
+             "![attention distance per data size](attention_distance.png)", "",
+             "| train fraction | test accuracy | early blocks | mean distance (px) | local heads |",
+             "|---|---|---|---|---|"]
+    for f in fr:
+        s = f["seeds"]
+        lines.append(f"| {f['fraction']:g} | {_fmt([x['eval_accuracy'] for x in s], 4)} | "
+                     f"{', '.join(s[0]['early_blocks'])} | {_fmt([x['early_mean_distance_px'] for x in s], 2)} | "
+                     f"{_fmt([x['local_heads_early'] for x in s], 2)} |")
+    lines += ["", "## R7 — CKA of each block to the same block of the full-data model", "",
+              "![CKA to the full-data model](cka_to_full.png)", ""]
+    layers = next((list(x["cka_to_reference"]) for f in fr for x in f["seeds"] if x["cka_to_reference"]), [])
+    if layers:
+        lines += ["| train fraction | " + " | ".join(layers) + " |", "|---" * (len(layers) + 1) + "|"]
+        for f in fr:
+            vals = [[x["cka_to_reference"][name] for x in f["seeds"] if x["cka_to_reference"]] for name in layers]
+            label = f"{f['fraction']:g}" + (" (another seed's full-data model)" if f["fraction"] == 1.0 else "")
+            lines.append(f"| {label} | " + " | ".join(_fmt(v, 3).split(" (n=")[0] for v in vals) + " |")
+    lines += ["", "## R6 — few-shot linear probes of the pre-logits (closed-form ridge on {−1, +1} targets)", "",
+              "![few-shot accuracy per data size](fewshot.png)", ""]
+    keys = sorted({k for f in fr for x in f["seeds"] for k in x["fewshot"]},
+                  key=lambda k: (k.rsplit("_", 1)[0], int(k.rsplit("_", 1)[1].removesuffix("shot"))))
+    if keys:
+        lines += ["| train fraction | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        for f in fr:
+            lines.append(f"| {f['fraction']:g} | " + " | ".join(
+                _fmt([x["fewshot"].get(k) for x in f["seeds"]], 3).split(" (n=")[0] for k in keys) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write(summary: dict, out: str, command: str) -> list[str]:
+    """Writes the figures, `README.md` and `datasize.json` into `out`; returns the paths written."""
+    from vit_jax_struct.analysis import plots
+
+    storage.makedirs(out)
+    paths = [storage.join(out, n) for n in ("attention_distance.png", "cka_to_full.png", "fewshot.png",
+                                           "README.md", "datasize.json")]
+    fr = summary["fractions"]
+    plots.attention_distance_panels(
+        {f"train fraction {f['fraction']:g}": [x["attention_distance_pixels"] for x in f["seeds"]] for f in fr},
+        paths[0], uniform=summary["uniform_attention_px"], local=summary["local_threshold_px"])
+    cka = {}
+    for f in fr:
+        rows = [x["cka_to_reference"] for x in f["seeds"] if x["cka_to_reference"]]
+        if rows:
+            label = (f"train fraction {f['fraction']:g} vs 1.0 (same seed)" if f["fraction"] < 1.0
+                     else "1.0 vs 1.0 (another seed)")
+            cka[label] = {name: [r[name] for r in rows] for name in rows[0]}
+    plots.lines_with_spread(cka, paths[1], "layer", "linear CKA to the full-data model",
+                            "R7: CKA of each layer to the full-data model (higher layers diverge?)", ylim=(0, 1.02))
+    few: dict = {}
+    for f in fr:
+        for x in f["seeds"]:
+            for k, v in x["fewshot"].items():
+                few.setdefault(k, {}).setdefault(f"{f['fraction']:g}", []).append(v)
+    few = {k: few[k] for k in sorted(few) if k.endswith("_10shot")} or few
+    plots.lines_with_spread(few, paths[2], "pretraining train fraction", "few-shot test accuracy",
+                            "R6: 10-shot linear probe of the pre-logits vs pretraining data")
+    storage.write_text(paths[3], render(summary, command))
+    storage.write_text(paths[4], json.dumps(summary, indent=1))
+    return paths
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", required=True, help="sweep root holding the train_fraction runs (local or gs://)")
+    ap.add_argument("--steps", type=int, required=True, help="the runs' total_steps (one budget per study)")
+    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--analysis_examples", type=int, default=1024, help="test images per analysis")
+    ap.add_argument("--analysis_batch", type=int, default=256, help="images per CKA minibatch")
+    args = ap.parse_args(argv)
+    runs = find_runs(args.runs, args.steps)
+    if not runs:
+        raise FileNotFoundError(f"no finished data-size run of {args.steps} steps under {args.runs}")
+    if not any(r["fraction"] == 1.0 for r in runs):
+        raise FileNotFoundError(f"no full-data run (train_fraction 0 or 1) of {args.steps} steps under {args.runs}")
+    ensure_analysis(runs, args.analysis_examples, args.analysis_batch)
+    c = _config(runs[0]["workdir"])
+    from vit_jax_struct.analysis import attention
+
+    patch = int(c["model"].get("patch_size") or int(str(c["model"]["variant"]).split("/")[1]))
+    grid = (int(c["data"]["image_size"]) // patch,) * 2
+    summary = summarize(runs, float(attention.grid_distances(grid, patch).mean()))
+    command = " ".join(["python -m vit_jax_struct.analysis.datasize", *(argv or sys.argv[1:])])
+    for p in write(summary, args.out, command):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
