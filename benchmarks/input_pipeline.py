@@ -5,16 +5,17 @@ without reduced-size JPEG decoding) beside torchvision's, in one run.
         [--torch_python=/tmp/tvenv/bin/python] [--out=/tmp/input_pipeline_table.md]
 
 Ours: `ImageFolderSource` -> `TrainPreprocess` (inception crop, area 5–100 %, bilinear resize to 224, flip, uint8
-out as the trainer uses it) through `pipeline.train_iterator`, batch 32, in four set-ups: decoded in the source at
-full size (`pp.jpeg_draft=False`) or lazy records decoded with `Image.draft` (`pp.jpeg_draft=True`, what the trainer
-does for folders), each with 1 and 2 grain reader threads in this process (`data.worker_count=0`) or 1 and 2 grain
-worker processes with one reader thread each (`data.worker_count=1, 2`); plus draft + RandAugment(2, 15) on threads.
+out as the trainer uses it) through `pipeline.train_iterator`, batch 32: decoded in the source at full size by Pillow,
+or lazy records decoded in `TrainPreprocess` by Pillow (`Image.draft`) or simplejpeg (`pp.jpeg_decoder`), at full
+size or reduced when the crop allows (`pp.jpeg_draft`; simplejpeg + reduced is what the trainer does for folders),
+with 1 and 2 grain reader threads in this process (`data.worker_count=0`) or 1 and 2 grain worker processes with one
+reader thread each (`data.worker_count=1, 2`); plus the default with RandAugment(2, 15) on threads.
 torchvision: `ImageFolder` + `RandomResizedCrop(224, scale=(0.05, 1))` + `RandomHorizontalFlip` + `PILToTensor`
 (uint8) through a `DataLoader` with 1 and 2 worker processes — run with `--torch_python` (a venv with torch and
 torchvision; never installed into the project's environment) or in this interpreter if it has torchvision.
 Each row: images/s after one warm-up batch (which also starts the worker processes), over `--images` images (the
 folder is cycled), page-cached files; the best of `--repeats` runs (the machine is shared, so the best run is the
-least disturbed one). Also printed: the mean |draft - full| pixel difference over the folder's photos.
+least disturbed one). Also printed: the mean |reduced - full| pixel difference over the folder's photos.
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
-def bench_ours(folder, split, images, parallel, workers=False, draft=False, randaug=0, batch=32):
-    """images/s of our pipeline with `parallel` reader threads (`workers=False`) or worker processes (True)."""
+def bench_ours(folder, split, images, parallel, workers=False, draft=False, randaug=0, batch=32,
+               decoder="pillow", lazy=None):
+    """images/s of our pipeline with `parallel` reader threads (`workers=False`) or worker processes (True).
+
+    `lazy` (default: `draft`): the source hands undecoded files to `TrainPreprocess`, which decodes them with
+    `decoder` (`pp.jpeg_decoder`); otherwise the source decodes them at full size with Pillow."""
     from vit_jax_struct.data import pipeline, preprocess, sources
 
-    src = sources.ImageFolderSource(folder, split, lazy=draft)
+    src = sources.ImageFolderSource(folder, split, lazy=draft if lazy is None else lazy)
     tp = preprocess.TrainPreprocess(224, "inception", 0.05, flip=True, value_range=None,
-                                    randaug_layers=2 if randaug else 0, randaug_magnitude=15, jpeg_draft=draft)
+                                    randaug_layers=2 if randaug else 0, randaug_magnitude=15, jpeg_draft=draft,
+                                    jpeg_decoder=decoder)
     it = pipeline.train_iterator(src, tp, batch, seed=0, num_threads=1 if workers else parallel,
                                  prefetch=2 * batch, worker_count=parallel if workers else 0)
     next(it)  # warm-up: threads or processes started, first files read
@@ -50,15 +56,18 @@ def bench_ours(folder, split, images, parallel, workers=False, draft=False, rand
     return n_batches * batch / dt, str(b["image"].dtype)
 
 
-def draft_difference(folder, split, per_image=4):
-    """Mean |draft - full decode| in uint8 levels of 224-px inception crops, over the folder (same rng per pair)."""
+def draft_difference(folder, split, per_image=4, decoder="pillow"):
+    """Mean |draft - full decode| in uint8 levels of 224-px inception crops, over the folder (same rng per pair):
+    reduced-size decoding by `decoder` against Pillow's full-size decode."""
     import numpy as np
 
     from vit_jax_struct.data import preprocess, sources
 
     lazy, eager = sources.ImageFolderSource(folder, split, lazy=True), sources.ImageFolderSource(folder, split)
-    on = preprocess.TrainPreprocess(224, "inception", 0.05, flip=False, value_range=None, jpeg_draft=True)
-    off = preprocess.TrainPreprocess(224, "inception", 0.05, flip=False, value_range=None, jpeg_draft=False)
+    on = preprocess.TrainPreprocess(224, "inception", 0.05, flip=False, value_range=None, jpeg_draft=True,
+                                    jpeg_decoder=decoder)
+    off = preprocess.TrainPreprocess(224, "inception", 0.05, flip=False, value_range=None, jpeg_draft=False,
+                                     jpeg_decoder="pillow")
     d = [np.abs(on(lazy[i], np.random.default_rng(k))["image"].astype(int)
          - off(eager[i], np.random.default_rng(k))["image"].astype(int)).mean()
          for i in range(len(lazy)) for k in range(per_image)]
@@ -104,11 +113,16 @@ def main(argv=None):
                           for w in (1, 2)}))
         return None
     rows = []
-    for name, par, kw in [("ours: full decode", "grain threads", dict()),
-                          ("ours: draft decode", "grain threads", dict(draft=True)),
-                          ("ours: full decode", "grain processes", dict(workers=True)),
-                          ("ours: draft decode", "grain processes", dict(workers=True, draft=True)),
-                          ("ours: draft decode + RandAugment(2, 15)", "grain threads", dict(draft=True, randaug=1))]:
+    sj = dict(decoder="simplejpeg", lazy=True)
+    for name, par, kw in [("ours: Pillow, full decode (in the source)", "grain threads", dict()),
+                          ("ours: Pillow, draft decode", "grain threads", dict(draft=True)),
+                          ("ours: simplejpeg, full decode", "grain threads", sj),
+                          ("ours: simplejpeg, reduced decode (the default)", "grain threads", dict(draft=True, **sj)),
+                          ("ours: Pillow, full decode (in the source)", "grain processes", dict(workers=True)),
+                          ("ours: simplejpeg, reduced decode (the default)", "grain processes",
+                           dict(workers=True, draft=True, **sj)),
+                          ("ours: the default + RandAugment(2, 15)", "grain threads",
+                           dict(draft=True, randaug=1, **sj))]:
         r = {n: max(bench_ours(a.folder, a.split, a.images, n, **kw) for _ in range(a.repeats)) for n in (1, 2)}
         rows.append((name, par, r))
         print(name, par, {n: round(v[0], 1) for n, v in r.items()}, flush=True)
@@ -133,8 +147,10 @@ def main(argv=None):
     for name, par, r in rows:
         vs = f"{r[1][0] / ref:.2f}x" if ref else "–"
         lines.append(f"| {name} | {par} | {r[1][0]:.0f} | {r[2][0]:.0f} | {r[2][0] / r[1][0]:.2f}x | {vs} |")
-    mean_d, max_d = draft_difference(a.folder, a.split)
-    lines.append(f"\nmean |draft - full decode| of 224-px crops: {mean_d:.2f} uint8 levels (worst photo {max_d:.2f})")
+    for decoder in ("pillow", "simplejpeg"):
+        mean_d, max_d = draft_difference(a.folder, a.split, decoder=decoder)
+        lines.append(f"\nmean |{decoder} reduced - Pillow full decode| of 224-px crops: {mean_d:.2f} uint8 levels "
+                     f"(worst photo {max_d:.2f})")
     table = "\n".join(lines)
     print(table)
     if a.out:

@@ -116,3 +116,5 @@ def test_input_pipeline_benchmark_runs_on_a_tiny_folder(tmp_path):
     assert ips > 0 and dtype == "uint8"
     ips, dtype = input_pipeline.bench_ours(root, "train", 8, 2, draft=True, randaug=True, batch=8)
     assert ips > 0 and dtype == "uint8"
+    ips, dtype = input_pipeline.bench_ours(root, "train", 8, 1, draft=True, batch=8, decoder="simplejpeg")
+    assert ips > 0 and dtype == "uint8"

@@ -58,8 +58,10 @@ def test_draft_decodes_small_crops_at_reduced_size_close_to_full(folder, monkeyp
         return out
 
     monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
-    tp_draft = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=True)
-    tp_full = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=False)
+    tp_draft = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=True,
+                                          jpeg_decoder="pillow")
+    tp_full = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=False,
+                                         jpeg_decoder="pillow")
     diffs = []
     for i in range(len(lazy)):
         for k in range(4):
@@ -72,6 +74,69 @@ def test_draft_decodes_small_crops_at_reduced_size_close_to_full(folder, monkeyp
     assert any(w <= 320 for w, _ in reduced) and any(w <= 160 for w, _ in reduced)  # at 1/2 and at 1/4 or less
     print("mean |draft - full| per image:", np.round(diffs, 2))
     assert max(diffs) < 4 and np.mean(diffs) < 1.5  # of 255 (≈ 0.3 here): another antialiasing filter
+
+
+def _jpeg_bytes(img, **save):
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", **save)
+    return buf.getvalue()
+
+
+def test_simplejpeg_decodes_the_same_pixels_as_pillow_and_falls_back_to_it(tmp_path):
+    rng = np.random.default_rng(0)
+    rgb = Image.fromarray(rng.integers(0, 256, (37, 53, 3), dtype=np.uint8))
+    cases = {"4:2:0": _jpeg_bytes(rgb, quality=85), "4:4:4": _jpeg_bytes(rgb, quality=95, subsampling=0),
+             "progressive": _jpeg_bytes(rgb, quality=80, progressive=True),
+             "grey": _jpeg_bytes(rgb.convert("L"), quality=90)}
+    for name, data in cases.items():
+        fast = sources.decode_jpeg_simplejpeg(data)
+        assert fast is not None and fast.dtype == np.uint8 and fast.shape == (37, 53, 3), name
+        assert np.array_equal(fast, sources.decode_image(data)), name  # bit for bit: the same libjpeg-turbo decode
+        assert np.array_equal(sources.decode_image(data, jpeg_decoder="simplejpeg"), fast)
+    cmyk = _jpeg_bytes(rgb.convert("CMYK"), quality=90)
+    assert sources.decode_jpeg_simplejpeg(cmyk) is None  # CMYK: left to Pillow's Adobe conversion
+    assert np.array_equal(sources.decode_image(cmyk, jpeg_decoder="simplejpeg"), sources.decode_image(cmyk))
+    png = io.BytesIO()
+    rgb.save(png, "PNG")
+    assert sources.decode_jpeg_simplejpeg(png.getvalue()) is None
+    with pytest.raises(ValueError, match=r"cannot decode image file 'cut\.jpg'"):
+        sources.decode_image(cases["4:2:0"][:200], "cut.jpg", jpeg_decoder="simplejpeg")
+    with pytest.raises(ValueError, match=r"pp.jpeg_decoder 'turbo' is not one of \('simplejpeg', 'pillow'\)"):
+        preprocess.TrainPreprocess(32, jpeg_decoder="turbo")
+
+
+def test_simplejpeg_crops_match_pillows_and_reduce_large_crops(folder, monkeypatch):
+    lazy = sources.ImageFolderSource(folder, "train", lazy=True)
+    import simplejpeg
+
+    sizes = []
+    real = simplejpeg.decode_jpeg
+
+    def spy(data, **kw):
+        out = real(data, **kw)
+        sizes.append((kw.get("min_width", 0), out.shape[1]))
+        return out
+
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", spy)
+    for draft in (False, True):
+        fast = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=draft)
+        slow = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=draft,
+                                          jpeg_decoder="pillow")
+        diffs = []
+        for i in range(len(lazy)):
+            for k in range(4):
+                ra, rb = np.random.default_rng(10 * i + k), np.random.default_rng(10 * i + k)
+                a, b = fast(lazy[i], ra), slow(lazy[i], rb)
+                assert ra.bit_generator.state == rb.bit_generator.state
+                assert a["image"].shape == (32, 32, 3) and a["image"].dtype == np.uint8
+                diffs.append(np.abs(a["image"].astype(int) - b["image"].astype(int)).mean())
+        if not draft:
+            assert max(diffs) == 0  # full-size decode: the same pixels, the same crops
+        else:
+            assert max(diffs) < 4 and np.mean(diffs) < 1.5  # both reduce in the DCT domain, by other factors
+    reduced = [(need, got) for need, got in sizes if need]
+    assert reduced and all(got >= need for need, got in reduced)  # never below the size the crop needs
+    assert any(got < 640 for _, got in reduced)
 
 
 def test_draft_keeps_the_crop_at_least_the_output_size(folder):

@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from vit_jax_struct.data import augment
-from vit_jax_struct.data.sources import decode_image, image_to_array, to_rgb
+from vit_jax_struct.data.sources import JPEG_DECODERS, decode_image, decode_jpeg_simplejpeg, image_to_array, to_rgb
 
 TRAIN_CROPS = ("inception", "pad", "none")
 
@@ -76,20 +76,23 @@ def _scale(image: np.ndarray, value_range) -> np.ndarray:
     return image if value_range is None else to_value_range(image, value_range)
 
 
-def _record_image(record) -> np.ndarray:
+def _record_image(record, jpeg_decoder: str = "pillow") -> np.ndarray:
     """uint8 `[H, W, 3]` of a record: its `"image"`, or its `"encoded"` file decoded at full size (lazy sources)."""
     if "encoded" in record:
-        return decode_image(record["encoded"], record.get("path", "image"))
+        return decode_image(record["encoded"], record.get("path", "image"), jpeg_decoder)
     return to_rgb(record["image"])
 
 
-def _draft_crop(record, image_size: int, rng, area_min: float, draft: bool):
+def _draft_crop(record, image_size: int, rng, area_min: float, draft: bool, jpeg_decoder: str = "pillow"):
     """Inception crop of a lazy record `{"encoded": bytes, "path": str}` -> uint8 `[S, S, 3]`.
 
     The crop box is sampled in full-resolution coordinates from the header's size (`Image.open` reads only the
     header), with the same rng draws as the decoded path. With `draft` and a JPEG whose crop is ≥ 2x the output side
     in both directions, `Image.draft` makes libjpeg decode at 1/2, 1/4 or 1/8 scale (the largest reduction that keeps
     the cropped region ≥ S px on both sides); the box is scaled to the reduced image before the bilinear resize.
+    `jpeg_decoder="simplejpeg"` decodes JPEGs with libjpeg-turbo's TurboJPEG API instead (the same pixels at full
+    size; reduced decoding then picks among all of libjpeg-turbo's M/8 scaling factors, again only when the crop is
+    ≥ 2x the output side), falling back to Pillow for files it cannot decode.
     """
     name = record.get("path", "image")
     try:
@@ -99,6 +102,13 @@ def _draft_crop(record, image_size: int, rng, area_min: float, draft: bool):
     w, h = img.size
     box = inception_crop_box(h, w, rng, area_range=(area_min, 1.0))
     cw, ch = box[2] - box[0], box[3] - box[1]
+    if jpeg_decoder == "simplejpeg" and img.format == "JPEG":
+        reduce = draft and min(cw, ch) >= 2 * image_size
+        image = decode_jpeg_simplejpeg(record["encoded"], math.ceil(w * image_size / cw) if reduce else 0,
+                                       math.ceil(h * image_size / ch) if reduce else 0)
+        if image is not None:
+            fx, fy = image.shape[1] / w, image.shape[0] / h
+            return _resize(image, image_size, (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy))
     if draft and img.format == "JPEG" and min(cw, ch) >= 2 * image_size:
         # draft picks scale 1/k with k <= min(w // req_w, h // req_h): the reduced crop is >= S on both sides.
         img.draft("RGB", (math.ceil(w * image_size / cw), math.ceil(h * image_size / ch)))
@@ -118,6 +128,12 @@ def _draft_crop(record, image_size: int, rng, area_min: float, draft: bool):
     if image is not None:
         return _resize(image, image_size, box)
     return np.asarray(img.resize((image_size, image_size), Image.BILINEAR, box=box), np.uint8)
+
+
+def _check_decoder(jpeg_decoder: str) -> str:
+    if jpeg_decoder not in JPEG_DECODERS:
+        raise ValueError(f"pp.jpeg_decoder {jpeg_decoder!r} is not one of {JPEG_DECODERS}")
+    return jpeg_decoder
 
 
 def _passthrough(record, out):
@@ -155,6 +171,8 @@ class TrainPreprocess:
       randaug_layers, randaug_magnitude: RandAugment after the flip (AugReg's `randaug(2, 15)` is 2, 15); 0 layers:
         none. See `augment.randaugment`.
       jpeg_draft: reduced-size JPEG decoding of lazy records (above); `pp.jpeg_draft`.
+      jpeg_decoder: "simplejpeg" (default: libjpeg-turbo's TurboJPEG API, Pillow's pixels at full size, faster) or
+        "pillow", for JPEG records; `pp.jpeg_decoder`.
 
     Raises:
       ValueError: a lazy record that cannot be decoded (naming its path); unknown crop, crop_area_min outside
@@ -163,7 +181,7 @@ class TrainPreprocess:
 
     def __init__(self, image_size: int, crop: str = "inception", crop_area_min: float = 0.05, pad: int = 4,
                  flip: bool = True, value_range=(-1.0, 1.0), randaug_layers: int = 0,
-                 randaug_magnitude: float = 10, jpeg_draft: bool = True):
+                 randaug_magnitude: float = 10, jpeg_draft: bool = True, jpeg_decoder: str = "simplejpeg"):
         if crop not in TRAIN_CROPS:
             raise ValueError(f"pp.train_crop {crop!r} is not one of {TRAIN_CROPS}")
         if not 0.0 < crop_area_min <= 1.0:
@@ -174,17 +192,18 @@ class TrainPreprocess:
         self.value_range = None if value_range is None else check_value_range(value_range)
         self.randaug_layers, self.randaug_magnitude = int(randaug_layers), float(randaug_magnitude)
         self.jpeg_draft = bool(jpeg_draft)
+        self.jpeg_decoder = _check_decoder(jpeg_decoder)
 
     def __call__(self, record, rng: np.random.Generator):
         s = self.image_size
         if self.crop == "inception" and "encoded" in record:
-            image = _draft_crop(record, s, rng, self.crop_area_min, self.jpeg_draft)
+            image = _draft_crop(record, s, rng, self.crop_area_min, self.jpeg_draft, self.jpeg_decoder)
         elif self.crop == "inception":
             image = to_rgb(record["image"])
             box = inception_crop_box(*image.shape[:2], rng, area_range=(self.crop_area_min, 1.0))
             image = _resize(image, s, box)
         else:
-            image = _record_image(record)
+            image = _record_image(record, self.jpeg_decoder)
             if image.shape[:2] != (s, s):
                 image = _resize(image, s)
             if self.crop == "pad" and self.pad > 0:
@@ -211,14 +230,16 @@ class EvalPreprocess:
       ValueError: crop_fraction outside (0, 1].
     """
 
-    def __init__(self, image_size: int, crop_fraction: float = 0.875, value_range=(-1.0, 1.0)):
+    def __init__(self, image_size: int, crop_fraction: float = 0.875, value_range=(-1.0, 1.0),
+                 jpeg_decoder: str = "simplejpeg"):
         if not 0.0 < crop_fraction <= 1.0:
             raise ValueError(f"pp.eval_crop_fraction {crop_fraction} is not in (0, 1]")
         self.image_size, self.crop_fraction = int(image_size), float(crop_fraction)
+        self.jpeg_decoder = _check_decoder(jpeg_decoder)
         self.value_range = None if value_range is None else check_value_range(value_range)
 
     def __call__(self, record):
-        image = _record_image(record)
+        image = _record_image(record, self.jpeg_decoder)
         h, w = image.shape[:2]
         side = min(h, w) * self.crop_fraction  # Region (in input pixels) that becomes the S x S output.
         x0, y0 = (w - side) / 2, (h - side) / 2
@@ -229,7 +250,8 @@ class EvalPreprocess:
 
 def from_config(pp_config, image_size: int):
     """`(TrainPreprocess, EvalPreprocess)` from `config.pp` (keys: train_crop, crop_area_min, pad, flip,
-    eval_crop_fraction, value_range, randaug_layers, randaug_magnitude, jpeg_draft), both with uint8 `[S, S, 3]`
+    eval_crop_fraction, value_range, randaug_layers, randaug_magnitude, jpeg_draft, jpeg_decoder), both with uint8
+    `[S, S, 3]`
     output: the trainer scales to `pp.value_range` on the device (`to_value_range`).
 
     Raises:
@@ -239,5 +261,7 @@ def from_config(pp_config, image_size: int):
     train = TrainPreprocess(image_size, pp_config.get("train_crop", "inception"),
                             pp_config.get("crop_area_min", 0.05), pp_config.get("pad", 4),
                             pp_config.get("flip", True), None, pp_config.get("randaug_layers", 0),
-                            pp_config.get("randaug_magnitude", 10), pp_config.get("jpeg_draft", True))
-    return train, EvalPreprocess(image_size, pp_config.get("eval_crop_fraction", 0.875), None)
+                            pp_config.get("randaug_magnitude", 10), pp_config.get("jpeg_draft", True),
+                            pp_config.get("jpeg_decoder", "simplejpeg"))
+    return train, EvalPreprocess(image_size, pp_config.get("eval_crop_fraction", 0.875), None,
+                                 pp_config.get("jpeg_decoder", "simplejpeg"))

@@ -124,6 +124,7 @@ RULES = {
     "pp.pad": _int(0),
     "pp.flip": _bool,
     "pp.jpeg_draft": _bool,
+    "pp.jpeg_decoder": _enum(*sources.JPEG_DECODERS),
     "pp.eval_crop_fraction": _float(0, 1, lo_open=True),
     "pp.value_range": _value_range,
     "optim.name": _enum(*optim.OPTIMIZERS),
