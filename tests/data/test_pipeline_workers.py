@@ -1,5 +1,6 @@
 """grain worker processes (`data.worker_count`): the threads' examples, exact resume after SIGTERM, picklable."""
 
+import os
 import pickle
 
 import numpy as np
@@ -40,6 +41,8 @@ def test_worker_batches_are_the_threads_examples_and_state_resumes_at_next_batch
     got = [next(it) for _ in range(3)]
     state = it.get_state()
     assert [s["next_index"] for s in state["iterators_in_use_states"]] == [16, 8]  # worker 0: 2 batches, 1: one
+    assert checkpoint.data_workers_of_state(state) == 2
+    assert checkpoint.data_workers_of_state({"next_index": 8}) == 0  # reader threads
     resumed = pipeline.train_iterator(src, tp, 8, seed=1, num_threads=1, worker_count=2)
     resumed.set_state(state)  # before the first next(): the workers start from this state, not from the beginning
     got += [next(resumed) for _ in range(3)]
@@ -60,6 +63,13 @@ def test_worker_processes_sigterm_then_rerun_resumes_bitwise(tmp_path, monkeypat
         trainer.train_and_evaluate(cfg, str(tmp_path / "b"))
     monkeypatch.undo()
     assert sent == [2] and stop.value.step == 3
+    threads = tiny_config(total_steps=6, checkpoint_every_steps=2, eval_every_steps=6,
+                          **{"data.worker_count": 0, "data.num_threads": 1, "data.prefetch": 16})
+    with pytest.raises(checkpoint.DataStateMismatch, match=r"written with data.worker_count=2, this run has "
+                                                           r"data.worker_count=0.*--config.data.worker_count=2"):
+        trainer.train_and_evaluate(threads, str(tmp_path / "b"))  # refused, not skipped as a broken checkpoint
+    assert not (tmp_path / "b" / "checkpoints.broken").exists()
+    assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["2", "3"]  # the first save and the pre-emption one
     state_b, last_b = trainer.train_and_evaluate(cfg, str(tmp_path / "b"))  # workers start after the restore
     la, lb = _losses(tmp_path / "a"), _losses(tmp_path / "b")
     assert sorted(la) == list(range(1, 7)) and sorted(lb) == sorted(la)

@@ -90,6 +90,18 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be written, or no checkpoint of a workdir restores; the message names the path."""
 
 
+class DataStateMismatch(ValueError):
+    """A checkpoint's data-iterator state was written with another `data.worker_count` than the run's: grain's
+    iterator state has another structure per worker count, so it cannot continue the same example stream."""
+
+
+def data_workers_of_state(state: dict) -> int:
+    """The `data.worker_count` a grain train-iterator state (`pipeline.train_iterator(...).get_state()`) was written
+    with: 0 for reader threads (`{"next_index": …}`), N for N worker processes (one interleaved iterator state per
+    worker, `iterators_in_use_states`)."""
+    return len(state["iterators_in_use_states"]) if "iterators_in_use_states" in state else 0
+
+
 # Files of a step folder that Orbax and grain parse as JSON; a truncated one is reported by name before restoring.
 _JSON_FILES = ("_CHECKPOINT_METADATA", "state/_METADATA", "state/_sharding")
 
@@ -165,13 +177,25 @@ class Checkpointer:
             raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {type(e).__name__}: {e}") from e
         self.check()
 
-    def restore(self, step: int, abstract_state, data_iterator=None):
+    def restore(self, step: int, abstract_state, data_iterator=None, data_workers: int | None = None):
         """Restores checkpoint `step` onto `abstract_state`'s shardings and rewinds `data_iterator` in place (if given).
+
+        `data_workers`: the run's `data.worker_count`; if given, it must be the one the checkpoint's data-iterator
+        state was written with.
 
         Raises:
           ValueError: the checkpoint's parameter tree does not match `abstract_state["params"]`.
+          DataStateMismatch: the checkpoint's data state comes from another `data.worker_count`.
         """
         where = self.step_dir(step)
+        if data_iterator is not None and data_workers is not None:
+            path = storage.join(where, "data", f"process_{jax.process_index()}-of-{jax.process_count()}.json")
+            saved = data_workers_of_state(json.loads(storage.read_text(path)))
+            if saved != int(data_workers):
+                raise DataStateMismatch(
+                    f"checkpoint {where} was written with data.worker_count={saved}, this run has "
+                    f"data.worker_count={data_workers}: the data-iterator state of one cannot continue the other's "
+                    f"example stream. Resume with --config.data.worker_count={saved} (or train in a new workdir).")
         meta = self.manager.item_metadata(step)["state"].tree
         convert = vit.is_scanned(meta["params"]) != vit.is_scanned(abstract_state["params"])
         target = _layout_target(abstract_state, vit.is_scanned(meta["params"])) if convert else abstract_state
@@ -197,15 +221,18 @@ class Checkpointer:
             except ValueError as e:
                 raise ValueError(f"file {p} is corrupt ({e})") from None
 
-    def restore_latest(self, abstract_state, data_iterator=None):
+    def restore_latest(self, abstract_state, data_iterator=None, data_workers: int | None = None):
         """Restores the newest step that restores: `(step, state)`, or `(None, None)` when there is no checkpoint.
 
         Empty, partial or corrupt step folders are skipped with a warning naming the step and the file; each one
         skipped is moved to `checkpoints.broken/<step>` (nothing is deleted), so later saves and resumes do not
         meet it again.
 
+        `data_workers`: the run's `data.worker_count`, checked against the checkpoint's (see `restore`).
+
         Raises:
-          ValueError: the newest readable checkpoint does not match the model (a user error; nothing is skipped).
+          ValueError: the newest readable checkpoint does not match the model, or (DataStateMismatch) its data state
+            comes from another `data.worker_count` (user errors; nothing is skipped or moved).
           CheckpointError: step folders exist but none restores; lists each step tried and why.
         """
         steps = sorted(self.manager.all_steps(), reverse=True)
@@ -220,7 +247,9 @@ class Checkpointer:
                                 tried[-1][1])
                 continue
             try:
-                state = self.restore(step, abstract_state, data_iterator)
+                state = self.restore(step, abstract_state, data_iterator, data_workers)
+            except DataStateMismatch:
+                raise
             except ValueError as e:
                 if "does not match the model" in str(e):
                     raise

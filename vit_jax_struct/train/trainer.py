@@ -387,7 +387,8 @@ def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, wor
     save_checkpoints = config.get("save_checkpoints", True)
     ckpt = checkpoint.Checkpointer(storage.join(workdir, "checkpoints"), config.get("keep_checkpoints", 3),
                                    timeout_s=config.get("checkpoint_timeout_s", 1200))
-    latest, state = ckpt.restore_latest(abstract_state, train_it)  # Raises on a model mismatch, writing nothing.
+    # Raises on a model or data.worker_count mismatch, writing nothing.
+    latest, state = ckpt.restore_latest(abstract_state, train_it, config.data.get("worker_count", 0))
     total = parts["total_steps"]
     final_path = storage.join(workdir, "final_metrics.json")
     if latest is not None:
