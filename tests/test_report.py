@@ -68,6 +68,21 @@ def test_scoreboard_compares_arms_and_writes_tables(tmp_path):
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0
 
 
+def test_each_cnn_model_gets_its_own_comparison(tmp_path):
+    root = str(tmp_path)
+    for model, accs in (({"name": "resnet", "depth": 18, "width": 16}, (0.40, 0.35)),
+                        ({"name": "vgg", "width": 16}, (0.50, 0.30))):
+        for seed in (0, 1):
+            _run(root, f"{model['name']}{seed}", accs[0] + seed / 100, seed=seed, model=dict(model))
+            _run(root, f"{model['name']}_perm{seed}", accs[1], seed=seed, model=dict(model), permute_patches=True)
+    rows = {r["comparison"]: r for r in report.compare(report.find_runs([root]))}
+    assert sorted(rows) == ["permuted vs original patches (CNN) [ResNet-18 (width 16)]",
+                            "permuted vs original patches (CNN) [VGG-19 (width 16)]"]
+    vgg = rows["permuted vs original patches (CNN) [VGG-19 (width 16)]"]
+    assert vgg["delta_points"] == pytest.approx(-20.5) and vgg["n_baseline"] == 2 and vgg["models"] == \
+        "VGG-19 (width 16)"
+
+
 def test_verdict_rule_needs_two_seeds_and_twice_the_spread():
     assert report.seed_spread([0.5], [0.4]) is None
     assert report.verdict(-10.0, None, "negative") == "not judged (one seed per arm)"

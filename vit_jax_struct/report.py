@@ -34,7 +34,10 @@ def _model_name(m: dict) -> str:
     if m["name"] == "resnet":
         width = m.get("width", 64)
         return f"ResNet-{m.get('depth')}" + (f" (width {width})" if width != 64 else "")
-    return "VGG-19" if m["name"] == "vgg" else m["name"]
+    if m["name"] == "vgg":
+        width = m.get("width", 64)
+        return "VGG-19" + (f" (width {width})" if width != 64 else "")
+    return m["name"]
 
 
 def read_run(workdir: str) -> dict | None:
@@ -130,34 +133,46 @@ def compare(runs) -> list[dict]:
     """One row per catalog entry with both arms present: accuracies (mean over seeds), Δ in points, verdict."""
     rows = []
     for rid, what, family, knobs, paper, rule in CATALOG:
-        base = [r for r in runs if r["family"] == family and _matches(r, {})]
-        treat = [r for r in runs if r["family"] == family and _matches(r, knobs)]
-        if not base or not treat:
+        fam = [r for r in runs if r["family"] == family]
+        models = sorted({r["model"] for r in fam if _matches(r, knobs)})
+        for model in models:  # one comparison per model of the family (e.g. ResNet-18 and VGG-19 for J3)
+            rows += _compare_model([r for r in fam if r["model"] == model], rid, what, knobs, paper, rule,
+                                   f" [{model}]" if len(models) > 1 else "")
+    return rows
+
+
+def _compare_model(fam, rid, what, knobs, paper, rule, model_label) -> list[dict]:
+    """The rows of one comparison among the runs `fam` of one model (per group and shared step budget)."""
+    rows = []
+    base = [r for r in fam if _matches(r, {})]
+    treat = [r for r in fam if _matches(r, knobs)]
+    if not base or not treat:
+        return rows
+    groups = sorted({(r["train_fraction"], r["skip_ablation"]) for r in treat}) if knobs.get(
+        "train_fraction") == "<1" or knobs.get("skip_ablation") == "*" else [None]
+    budgets = sorted({r["steps"] for r in base} & {r["steps"] for r in treat})  # same step budget both sides
+    for g, steps in [(g, s) for g in groups for s in budgets]:
+        t = [r for r in treat if (g is None or (r["train_fraction"], r["skip_ablation"]) == g)
+             and r["steps"] == steps]
+        b = [r for r in base if r["steps"] == steps]
+        if not t or not b:
             continue
-        groups = sorted({(r["train_fraction"], r["skip_ablation"]) for r in treat}) if knobs.get(
-            "train_fraction") == "<1" or knobs.get("skip_ablation") == "*" else [None]
-        budgets = sorted({r["steps"] for r in base} & {r["steps"] for r in treat})  # same step budget both sides
-        for g, steps in [(g, s) for g in groups for s in budgets]:
-            t = [r for r in treat if (g is None or (r["train_fraction"], r["skip_ablation"]) == g)
-                 and r["steps"] == steps]
-            b = [r for r in base if r["steps"] == steps]
-            if not t or not b:
-                continue
-            accs_b, accs_t = [r["eval/accuracy"] for r in b], [r["eval/accuracy"] for r in t]
-            acc_b, acc_t = _mean(accs_b), _mean(accs_t)
-            delta = 100 * (acc_t - acc_b)
-            spread = seed_spread(accs_b, accs_t)
-            spread_points = None if spread is None else 100 * spread
-            label = what if g is None else f"{what} [{'fraction ' + str(g[0]) if g[0] < 1 else 'skip ' + g[1]}]"
-            if len(budgets) > 1:
-                label += f" at {steps} steps"
-            rows.append({"id": rid, "comparison": label, "runs": [r["run"] for r in b + t], "baseline": acc_b,
-                         "n_baseline": len(b), "treatment": acc_t,
-                         "n_treatment": len(t), "delta_points": delta, "paper": paper,
-                         "sd_baseline": statistics.stdev(accs_b) if len(b) > 1 else None,
-                         "sd_treatment": statistics.stdev(accs_t) if len(t) > 1 else None,
-                         "spread_points": spread_points, "verdict": verdict(delta, spread_points, rule),
-                         "models": ", ".join(sorted({r["model"] for r in t}))})
+        accs_b, accs_t = [r["eval/accuracy"] for r in b], [r["eval/accuracy"] for r in t]
+        acc_b, acc_t = _mean(accs_b), _mean(accs_t)
+        delta = 100 * (acc_t - acc_b)
+        spread = seed_spread(accs_b, accs_t)
+        spread_points = None if spread is None else 100 * spread
+        label = what + model_label if g is None else \
+            f"{what}{model_label} [{'fraction ' + str(g[0]) if g[0] < 1 else 'skip ' + g[1]}]"
+        if len(budgets) > 1:
+            label += f" at {steps} steps"
+        rows.append({"id": rid, "comparison": label, "runs": [r["run"] for r in b + t], "baseline": acc_b,
+                     "n_baseline": len(b), "treatment": acc_t,
+                     "n_treatment": len(t), "delta_points": delta, "paper": paper,
+                     "sd_baseline": statistics.stdev(accs_b) if len(b) > 1 else None,
+                     "sd_treatment": statistics.stdev(accs_t) if len(t) > 1 else None,
+                     "spread_points": spread_points, "verdict": verdict(delta, spread_points, rule),
+                     "models": ", ".join(sorted({r["model"] for r in t}))})
     return rows
 
 
