@@ -80,3 +80,21 @@ def test_data_size_study_without_a_full_data_run_is_refused(tmp_path):
         datasize.main(["--runs", str(tmp_path), "--steps", "4000", "--out", str(tmp_path / "o")])
     with pytest.raises(FileNotFoundError, match="no finished data-size run of 10 steps"):
         datasize.main(["--runs", str(tmp_path), "--steps", "10", "--out", str(tmp_path / "o")])
+
+
+def test_fewshot_at_init_is_the_runs_own_evaluator_on_its_initial_parameters(tmp_path):
+    from tests.conftest import tiny_config
+    from vit_jax_struct.train import trainer
+
+    # lr 0: the parameters never move, so the run's logged few-shot accuracy is the one of its initialization.
+    cfg = tiny_config(total_steps=2, **{"optim.lr": 0.0, "fewshot.every_steps": 2, "fewshot.shots": (1, 5),
+                                        "fewshot.train_examples": 200, "fewshot.holdout_examples": 50,
+                                        "fewshot.test_examples": 100})
+    _, last = trainer.train_and_evaluate(cfg, str(tmp_path))
+    got = datasize.fewshot_at_init(str(tmp_path))
+    assert sorted(got) == ["digits_1shot", "digits_5shot"]
+    assert got == {k.removeprefix("fewshot/"): v for k, v in last.items() if k.startswith("fewshot/")}
+    cfg.fewshot.every_steps = 0
+    trainer.train_and_evaluate(cfg, str(tmp_path / "off"))
+    with pytest.raises(ValueError, match="no few-shot evaluator"):
+        datasize.fewshot_at_init(str(tmp_path / "off"))

@@ -16,7 +16,8 @@ for R7), and writes into `--out`:
   full-data model's"): linear CKA (Kornblith et al. 2019, Eq. 4; minibatch estimator of Nguyen et al. 2021) of each
   block of a subset model with the same block of the full-data model of the same seed, and of two full-data seeds.
 - `fewshot.png` / R6 (§7, Fig. 12: "more pretraining data → better few-shot transfer"): the in-training few-shot
-  evaluator's last k-shot ridge accuracies (`config.fewshot`) on each dataset vs the data size.
+  evaluator's last k-shot ridge accuracies (`config.fewshot`) on each dataset vs the data size, and the same
+  evaluator on the untrained models (`fewshot_at_init`: what random features of the architecture give).
 - `README.md` (tables, mean ± spread over seeds) and `datasize.json` (every number).
 
 Raises (from `main`): FileNotFoundError when no run of `--steps` is found or there is no full-data run.
@@ -94,15 +95,42 @@ def ensure_analysis(runs: list[dict], num_examples: int, batch: int) -> None:
         analysis_run.analyze(r["workdir"], compare=ref, num_examples=num_examples, batch=batch)
 
 
+def fewshot_at_init(workdir: str) -> dict:
+    """`{"<name>_<k>shot": accuracy}` of the run's few-shot evaluator (`config.fewshot`, the same datasets, shots and
+    draws) on the untrained model: the parameters `init_state` gives the run's seed, as at its step 0. The
+    reference for R6: what the architecture's random features transfer without any pretraining.
+
+    Raises:
+      ValueError: the run has no `fewshot.every_steps` (no few-shot evaluator configured).
+    """
+    import jax
+    import ml_collections
+
+    from vit_jax_struct.train import fewshot_eval, trainer
+
+    config = ml_collections.ConfigDict(_config(workdir))
+    if not config.get("fewshot", {}).get("every_steps"):
+        raise ValueError(f"run {workdir} has no few-shot evaluator (config.fewshot.every_steps is 0)")
+    config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1))
+    parts = trainer.build(config, devices=jax.devices()[:1])
+    state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))  # as train_and_evaluate
+    variables = trainer.model_variables(state)
+    shardings = jax.tree.map(lambda x: x.sharding, variables)
+    ev = fewshot_eval.FewShotEvaluator(config, parts["model"], parts["eval_pp"], parts["mesh"], shardings,
+                                       parts["eval_per_host_batch"])
+    return {k.removeprefix("fewshot/"): v for k, v in ev.run(variables).items()}
+
+
 def _mean_spread(values) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for one value)."""
     values = [float(v) for v in values]
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def summarize(runs: list[dict], grid_uniform_px: float) -> dict:
+def summarize(runs: list[dict], grid_uniform_px: float, at_init: list[dict] | None = None) -> dict:
     """Every number of the study per fraction: attention distances `[blocks][heads]` per seed, the share of local
-    heads in the early blocks, the per-block CKA to the reference model, eval accuracy and few-shot accuracies."""
+    heads in the early blocks, the per-block CKA to the reference model, eval accuracy and few-shot accuracies;
+    `at_init`: few-shot accuracies of the untrained models (`fewshot_at_init`, one dict per seed)."""
     by_frac: dict = {}
     full_seeds = sorted(r["seed"] for r in runs if r["fraction"] == 1.0)
     for r in runs:
@@ -129,7 +157,7 @@ def summarize(runs: list[dict], grid_uniform_px: float) -> dict:
             "local_heads_early": float((heads < LOCAL_FRACTION * grid_uniform_px).mean()),
             "cka_to_reference": cka_diag, "reference": cross["other"] if cross else None})
     return {"uniform_attention_px": grid_uniform_px, "local_threshold_px": LOCAL_FRACTION * grid_uniform_px,
-            "fractions": [by_frac[k] for k in sorted(by_frac, key=float)]}
+            "fractions": [by_frac[k] for k in sorted(by_frac, key=float)], "fewshot_at_init": at_init or []}
 
 
 def _fmt(values, digits=3) -> str:
@@ -172,6 +200,9 @@ def render(summary: dict, command: str) -> str:
                   key=lambda k: (k.rsplit("_", 1)[0], int(k.rsplit("_", 1)[1].removesuffix("shot"))))
     if keys:
         lines += ["| train fraction | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        if summary.get("fewshot_at_init"):
+            lines.append("| 0 (untrained: the initialization) | " + " | ".join(
+                _fmt([x.get(k) for x in summary["fewshot_at_init"]], 3).split(" (n=")[0] for k in keys) + " |")
         for f in fr:
             lines.append(f"| {f['fraction']:g} | " + " | ".join(
                 _fmt([x["fewshot"].get(k) for x in f["seeds"]], 3).split(" (n=")[0] for k in keys) + " |")
@@ -199,6 +230,9 @@ def write(summary: dict, out: str, command: str) -> list[str]:
     plots.lines_with_spread(cka, paths[1], "layer", "linear CKA to the full-data model",
                             "R7: CKA of each layer to the full-data model (higher layers diverge?)", ylim=(0, 1.02))
     few: dict = {}
+    for x in summary.get("fewshot_at_init", []):
+        for k, v in x.items():
+            few.setdefault(k, {}).setdefault("0 (untrained)", []).append(v)
     for f in fr:
         for x in f["seeds"]:
             for k, v in x["fewshot"].items():
@@ -225,12 +259,14 @@ def main(argv=None) -> int:
     if not any(r["fraction"] == 1.0 for r in runs):
         raise FileNotFoundError(f"no full-data run (train_fraction 0 or 1) of {args.steps} steps under {args.runs}")
     ensure_analysis(runs, args.analysis_examples, args.analysis_batch)
+    at_init = [fewshot_at_init(r["workdir"]) for r in runs if r["fraction"] == 1.0
+               and (_config(r["workdir"]).get("fewshot") or {}).get("every_steps")]
     c = _config(runs[0]["workdir"])
     from vit_jax_struct.analysis import attention
 
     patch = int(c["model"].get("patch_size") or int(str(c["model"]["variant"]).split("/")[1]))
     grid = (int(c["data"]["image_size"]) // patch,) * 2
-    summary = summarize(runs, float(attention.grid_distances(grid, patch).mean()))
+    summary = summarize(runs, float(attention.grid_distances(grid, patch).mean()), at_init)
     command = " ".join(["python -m vit_jax_struct.analysis.datasize", *(argv or sys.argv[1:])])
     for p in write(summary, args.out, command):
         print(p)
