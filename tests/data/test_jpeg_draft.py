@@ -45,6 +45,20 @@ def test_lazy_records_without_draft_equal_eager_decoding(folder):
     assert pickle.loads(pickle.dumps(lazy)).lazy is True
 
 
+def _paired_crop_differences(tp_a, src_a, tp_b, src_b, per_image=4):
+    """Mean |a - b| (uint8 levels) of 32-px train crops of every image, each pair from the same rng seed; checks
+    both transforms made the same rng draws."""
+    diffs = []
+    for i in range(len(src_a)):
+        for k in range(per_image):
+            ra, rb = np.random.default_rng(10 * i + k), np.random.default_rng(10 * i + k)
+            a, b = tp_a(src_a[i], ra), tp_b(src_b[i], rb)
+            assert ra.bit_generator.state == rb.bit_generator.state  # the same draws, in the same order
+            assert a["image"].shape == (32, 32, 3) and a["image"].dtype == np.uint8
+            diffs.append(np.abs(a["image"].astype(int) - b["image"].astype(int)).mean())
+    return diffs
+
+
 def test_draft_decodes_small_crops_at_reduced_size_close_to_full(folder, monkeypatch):
     lazy, eager = sources.ImageFolderSource(folder, "train", lazy=True), sources.ImageFolderSource(folder, "train")
     from PIL import JpegImagePlugin
@@ -62,14 +76,7 @@ def test_draft_decodes_small_crops_at_reduced_size_close_to_full(folder, monkeyp
                                           jpeg_decoder="pillow")
     tp_full = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=False,
                                          jpeg_decoder="pillow")
-    diffs = []
-    for i in range(len(lazy)):
-        for k in range(4):
-            ra, rb = np.random.default_rng(10 * i + k), np.random.default_rng(10 * i + k)
-            a, b = tp_draft(lazy[i], ra), tp_full(eager[i], rb)
-            assert ra.bit_generator.state == rb.bit_generator.state  # the same draws, in the same order
-            assert a["image"].shape == (32, 32, 3) and a["image"].dtype == np.uint8
-            diffs.append(np.abs(a["image"].astype(int) - b["image"].astype(int)).mean())
+    diffs = _paired_crop_differences(tp_draft, lazy, tp_full, eager)
     assert len(reduced) >= 4  # crops >= 64 px on both sides of the 640/500/300-px photos were drafted
     assert any(w <= 320 for w, _ in reduced) and any(w <= 160 for w, _ in reduced)  # at 1/2 and at 1/4 or less
     print("mean |draft - full| per image:", np.round(diffs, 2))
@@ -122,14 +129,7 @@ def test_simplejpeg_crops_match_pillows_and_reduce_large_crops(folder, monkeypat
         fast = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=draft)
         slow = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=draft,
                                           jpeg_decoder="pillow")
-        diffs = []
-        for i in range(len(lazy)):
-            for k in range(4):
-                ra, rb = np.random.default_rng(10 * i + k), np.random.default_rng(10 * i + k)
-                a, b = fast(lazy[i], ra), slow(lazy[i], rb)
-                assert ra.bit_generator.state == rb.bit_generator.state
-                assert a["image"].shape == (32, 32, 3) and a["image"].dtype == np.uint8
-                diffs.append(np.abs(a["image"].astype(int) - b["image"].astype(int)).mean())
+        diffs = _paired_crop_differences(fast, lazy, slow, lazy)
         if not draft:
             assert max(diffs) == 0  # full-size decode: the same pixels, the same crops
         else:
