@@ -288,7 +288,8 @@ def render(runs_csv: str = os.path.join(REPO, "docs", "results", "runs.csv")) ->
              "on a CPU (CIFAR-10 as an image folder `data/cifar10/{train,test}/<class>/*.png`, or "
              "`configs/cifar10_vit.py:tfds=cifar10` for a prepared TFDS dataset; see the README); full-scale "
              "commands are the papers' setting and need an accelerator. Verdicts: `vit_jax_struct/report.py` "
-             "(scoreboard: [results/scoreboard.md](results/scoreboard.md)).", "",
+             "(scoreboard: [results/scoreboard.md](results/scoreboard.md)); accuracies are mean ± sample s.d. over "
+             f"seeds, and the one verdict rule is: {report.VERDICT_RULE}.", "",
              "| id | experiment | paper says | ours | status |", "|---|---|---|---|---|"]
     for row in ROWS:
         ms = [m for m in measured if m["id"] in row.comparisons]
@@ -317,12 +318,14 @@ def render(runs_csv: str = os.path.join(REPO, "docs", "results", "runs.csv")) ->
                   f"- Full scale (the paper's setting; {ACCEL}): `{row.full}`"]
         ms = [m for m in measured if m["id"] in row.comparisons]
         if ms:
-            lines += ["", "| comparison | model | baseline | treatment | Δ (points) | verdict |",
-                      "|---|---|---|---|---|---|"]
+            lines += ["", "| comparison | model | baseline | treatment | Δ (points) | 2·s (points) | verdict |",
+                      "|---|---|---|---|---|---|---|"]
             for m in ms:
-                lines.append(f"| {m['comparison']} | {m['models']} | {m['baseline']:.4f} (n={m['n_baseline']}) | "
-                             f"{m['treatment']:.4f} (n={m['n_treatment']}) | {m['delta_points']:+.1f} | "
-                             f"{m['verdict']} |")
+                two_s = "—" if m["spread_points"] is None else f"{2 * m['spread_points']:.1f}"
+                lines.append(f"| {m['comparison']} | {m['models']} | "
+                             f"{report.format_accuracy(m['baseline'], m['sd_baseline'], m['n_baseline'])} | "
+                             f"{report.format_accuracy(m['treatment'], m['sd_treatment'], m['n_treatment'])} | "
+                             f"{m['delta_points']:+.1f} | {two_s} | {m['verdict']} |")
         if row.measured:
             lines += ["", f"Measured: {row.measured}."]
         if row.pending:

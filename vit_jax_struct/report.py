@@ -121,7 +121,8 @@ def _matches(run, knobs) -> bool:
     return True
 
 
-def _acc(mean: float, sd: float | None, n: int) -> str:
+def format_accuracy(mean: float, sd: float | None, n: int) -> str:
+    """`0.5600 ± 0.0040 (n=2)` (no ± for one seed)."""
     return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "") + f" (n={n})"
 
 
@@ -225,9 +226,9 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
     for r in rows:
         two_s = "—" if r["spread_points"] is None else f"{2 * r['spread_points']:.1f}"
         lines.append(f"| {r['id']} | {r['comparison']} | {r['models']} | "
-                     f"{_acc(r['baseline'], r['sd_baseline'], r['n_baseline'])} | "
-                     f"{_acc(r['treatment'], r['sd_treatment'], r['n_treatment'])} | {r['delta_points']:+.1f} | "
-                     f"{two_s} | {r['paper']} | {r['verdict']} |")
+                     f"{format_accuracy(r['baseline'], r['sd_baseline'], r['n_baseline'])} | "
+                     f"{format_accuracy(r['treatment'], r['sd_treatment'], r['n_treatment'])} | "
+                     f"{r['delta_points']:+.1f} | {two_s} | {r['paper']} | {r['verdict']} |")
     if curves and curves.get("comparisons"):
         lines += ["", "## Training curves", "", "Train loss, eval accuracy and few-shot accuracy vs step, the arms of "
                   "each comparison overlaid (one file per run beside them in `curves/`):", ""]
