@@ -33,9 +33,13 @@ def test_experiments_doc_is_up_to_date():
         assert f.read() == text, "regenerate: python -m vit_jax_struct.catalog --out=docs/experiments.md"
     for r in catalog.ROWS:
         assert f"\n## {r.id}\n" in text
-    # Measured verdicts come from docs/results/runs.csv (R3: -4.0 points, same direction as the paper).
-    assert re.search(r"\| skip connections removed in a middle block \(ViT\) \[skip 3:both\] .* \| -4\.0 \| "
-                     r"same direction \|", text)
+    # Measured verdicts come from docs/results/runs.csv through the scoreboard's comparisons (R3: skip removal).
+    rows = report.compare(catalog._runs_from_csv(os.path.join(ROOT, "docs", "results", "runs.csv")))
+    r3 = [m for m in rows if m["id"] == "R3"]
+    assert r3, "no R3 comparison in docs/results/runs.csv"
+    for m in r3:
+        assert re.search(rf"\| {re.escape(m['comparison'])} \| .* \| {m['delta_points']:+.1f} \| .* \| "
+                         rf"{re.escape(m['verdict'])} \|", text)
     for link in re.findall(r"\]\(((?:results)/[^)]+)\)", text):  # every linked plot/page exists
         assert os.path.exists(os.path.join(ROOT, "docs", link.replace("%20", " "))), link
     assert "DESIGN.md" not in text and "../shared" not in text
