@@ -128,7 +128,8 @@ def main(argv=None):
     ap.add_argument("--run", action="store_true", help="run locally (one after another, or --jobs at a time)")
     ap.add_argument("--only", default="", help="only runs whose name contains this")
     ap.add_argument("--jobs", type=int, default=1,
-                    help="with --run: how many runs at a time (in the sweep's order; each one a process)")
+                    help="with --run: how many runs at a time (in the sweep's order; each one a process). For CPU "
+                         "hosts: on a GPU/TPU host every run takes all accelerators, so keep 1 there")
     ap.add_argument("--tpu", default="", help="NAME,ZONE: print launch/tpu_vm.sh commands for a TPU VM")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="config override for every run, winning over the sweep's (repeatable)")
@@ -136,6 +137,8 @@ def main(argv=None):
     sweep = load_sweep(args.sweep)
     cmds = [c for c in commands(sweep, args.root, multihost=bool(args.tpu), sets=parse_sets(args.set))
             if args.only in c[0]]
+    if not cmds:
+        ap.error(f"no run of the sweep matches --only {args.only!r}")
     if args.tpu:
         name, zone = args.tpu.split(",")
         for _, workdir, cmd in cmds:

@@ -160,6 +160,9 @@ def test_sweep_runs_jobs_in_parallel_and_skips_finished_runs(tmp_path, capsys):
     assert capsys.readouterr().out.count("done, skipped") == 2
     with pytest.raises(SystemExit):
         sweep.main([*args[:2], "--run", "--jobs=0"])
+    with pytest.raises(SystemExit):  # a typo in --only is an error, not an empty success
+        sweep.main([*args, "--only=sede"])
+    assert "no run of the sweep matches --only 'sede'" in capsys.readouterr().err
 
 
 def test_cifar_config_trains_from_tfds(tmp_path):
@@ -242,3 +245,15 @@ def test_sweep_set_overrides_every_run_for_a_smoke_sweep(tmp_path, capsys):
     assert len(printed) == 1 and "--config.total_steps=20" in printed[0] and "classifier=gap" in printed[0]
     with pytest.raises(ValueError, match="key=value"):
         sweep.parse_sets(["total_steps"])
+
+
+@pytest.mark.parametrize("arg", ["model=vgg19", "model=resnet18"])
+def test_cnn_width_is_validated(arg):
+    from vit_jax_struct.train import validate
+
+    c = load("configs/cifar10_vit.py", arg)
+    c.model.width = 0
+    with pytest.raises(validate.ConfigError, match=r"config.model.width 0 must be ≥ 1"):
+        validate.validate(c)
+    c.model.width = 7  # any positive width builds (VGG-19 layers scale by width / 64)
+    validate.validate(c)

@@ -74,12 +74,52 @@ def test_data_size_study_finds_runs_pairs_references_and_counts_local_heads(tmp_
         assert json.load(f)["fractions"][0]["seeds"][0]["run"] == "sub0"
 
 
-def test_data_size_study_without_a_full_data_run_is_refused(tmp_path):
-    _run(str(tmp_path), "sub0", 0.1, 0, [[16.0] * 4] * 6)
-    with pytest.raises(FileNotFoundError, match="no full-data run"):
-        datasize.main(["--runs", str(tmp_path), "--steps", "4000", "--out", str(tmp_path / "o")])
-    with pytest.raises(FileNotFoundError, match="no finished data-size run of 10 steps"):
-        datasize.main(["--runs", str(tmp_path), "--steps", "10", "--out", str(tmp_path / "o")])
+def test_data_size_study_refuses_what_it_cannot_compare_with_one_line(tmp_path, capsys):
+    root = str(tmp_path / "runs")
+    _run(root, "sub0", 0.1, 0, [[16.0] * 4] * 6)
+    out = str(tmp_path / "o")
+
+    def error(*args):
+        assert datasize.main(["--runs", root, "--out", out, *args]) == 2
+        return capsys.readouterr().err.strip()
+
+    assert error("--steps", "4000").startswith("error: no full-data run (train_fraction 0 or 1) of 4000 steps")
+    assert "no finished data-size run of 10 steps" in error("--steps", "10") and "total_steps [4000]" in \
+        capsys.readouterr().err + error("--steps", "10")
+    (tmp_path / "afile").write_text("x")
+    assert datasize.main(["--runs", root, "--out", str(tmp_path / "afile"), "--steps", "4000"]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    assert datasize.main(["--runs", str(tmp_path / "nope"), "--out", out, "--steps", "4000"]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert not os.path.exists(out)
+
+
+def test_data_size_study_leaves_out_runs_that_differ_in_other_keys(tmp_path, capsys):
+    root = str(tmp_path)
+    d = [[16.0] * 4] * 6
+    _run(root, "full0", 0.0, 0, d)
+    _run(root, "full1", 0.0, 1, d)
+    _run(root, "sub0", 0.1, 0, d)
+    lr = _run(root, "full_lr", 0.0, 0, d)   # another learning rate, same seed: not a seed of the same study
+    with open(os.path.join(lr, "config.json")) as f:
+        c = json.load(f)
+    c["optim"] = {"lr": 3e-3}
+    with open(os.path.join(lr, "config.json"), "w") as f:
+        json.dump(c, f)
+    runs = datasize.find_runs(root, 4000)
+    assert [r["name"] for r in runs] == ["sub0", "full0", "full1"]
+    assert "full_lr: left out" in capsys.readouterr().out
+    twin = _run(root, "full0_again", 0.0, 0, d)
+    with pytest.raises(ValueError, match="two runs of train fraction 1 and seed 0"):
+        datasize.find_runs(root, 4000)
+    os.remove(os.path.join(twin, "config.json"))
+    # Without few-shot metrics or a CKA reference the page still has R2 and says why the other figures are missing.
+    s = datasize.summarize(datasize.find_runs(root, 4000)[1:2], 16.0)
+    s["fractions"][0]["seeds"][0]["fewshot"] = {}
+    paths = datasize.write(s, str(tmp_path / "out"), "cmd")
+    assert [os.path.basename(p) for p in paths] == ["attention_distance.png", "README.md", "datasize.json"]
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert "no subset model and no second full-data seed" in text and "no few-shot evaluator" in text
 
 
 def test_fewshot_at_init_is_the_runs_own_evaluator_on_its_initial_parameters(tmp_path):

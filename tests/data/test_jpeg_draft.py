@@ -110,6 +110,15 @@ def test_simplejpeg_decodes_the_same_pixels_as_pillow_and_falls_back_to_it(tmp_p
         sources.decode_image(cases["4:2:0"][:200], "cut.jpg", jpeg_decoder="simplejpeg")
     with pytest.raises(ValueError, match=r"pp.jpeg_decoder 'turbo' is not one of \('simplejpeg', 'pillow'\)"):
         preprocess.TrainPreprocess(32, jpeg_decoder="turbo")
+    with pytest.raises(ValueError, match=r"jpeg_decoder 'turbo' is not one of"):
+        sources.decode_image(cases["grey"], jpeg_decoder="turbo")
+    # Above Pillow's decompression-bomb limit simplejpeg steps aside, so Pillow's check applies to both decoders.
+    small = Image.MAX_IMAGE_PIXELS
+    try:
+        Image.MAX_IMAGE_PIXELS = 37 * 53 - 1
+        assert sources.decode_jpeg_simplejpeg(cases["grey"]) is None
+    finally:
+        Image.MAX_IMAGE_PIXELS = small
 
 
 def test_simplejpeg_crops_match_pillows_and_reduce_large_crops(folder, monkeypatch):
@@ -154,19 +163,23 @@ def test_trainer_reads_folders_lazily_unless_skipping(folder, monkeypatch):
     from tests.conftest import tiny_config
     from vit_jax_struct.train import trainer
 
-    made = []
+    made, decoders = [], []
     real = sources.ImageFolderSource
 
     class Spy(real):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             made.append(self.lazy)
+            decoders.append(self.jpeg_decoder)
 
     monkeypatch.setattr(sources, "ImageFolderSource", Spy)
-    for errors, draft, want in (("raise", True, True), ("skip", True, False), ("raise", False, False)):
+    for errors, draft, want, decoder in (("raise", True, True, "simplejpeg"), ("skip", True, False, "pillow"),
+                                         ("raise", False, False, "pillow")):
         made.clear()
+        decoders.clear()
         cfg = tiny_config(**{"data.source": "folder", "data.root": folder, "data.eval_split": "train",
                              "data.num_classes": 0, "data.decode_errors": errors, "pp.jpeg_draft": draft,
-                             "pp.train_crop": "inception"})
+                             "pp.train_crop": "inception", "pp.jpeg_decoder": decoder})
         trainer.build(cfg)
         assert made == [want, False]  # train split lazy or not; eval always decoded in the source
+        assert decoders == [decoder, decoder]  # pp.jpeg_decoder reaches the sources that decode

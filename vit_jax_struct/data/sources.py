@@ -45,17 +45,22 @@ def decode_jpeg_simplejpeg(data: bytes, min_width: int = 0, min_height: int = 0)
     converts what it can and names the file in its error).
 
     At full size the pixels are the same as Pillow's `Image.open(...).convert("RGB")` (both are libjpeg-turbo with
-    the same IDCT and upsampling; every photo of the ImageNet sample compared equal), at less cost per image.
+    the same IDCT and upsampling; every photo of the ImageNet sample compared equal), at less cost per image. Neither
+    applies EXIF orientation. Images above Pillow's `Image.MAX_IMAGE_PIXELS` are left to Pillow's bomb check.
     `min_width`/`min_height` > 0 decode at the smallest of libjpeg-turbo's DCT scaling factors (M/8) whose output
     is still at least that size.
     """
     if data[:2] != b"\xff\xd8":  # JPEG start-of-image marker
         return None
     import simplejpeg
+    from PIL import Image
 
     try:
-        if simplejpeg.decode_jpeg_header(data)[2] not in ("YCbCr", "Gray", "RGB"):
+        h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        if colorspace not in ("YCbCr", "Gray", "RGB"):
             return None  # CMYK / YCCK: TurboJPEG converts them otherwise than Pillow (Adobe's inverted CMYK)
+        if Image.MAX_IMAGE_PIXELS and h * w > Image.MAX_IMAGE_PIXELS:
+            return None  # let Pillow apply its decompression-bomb limits (a warning, or an error above 2x)
         return simplejpeg.decode_jpeg(data, colorspace="RGB", min_width=int(min_width), min_height=int(min_height))
     except ValueError:
         return None
@@ -74,6 +79,8 @@ def decode_image(data: bytes, name: str = "image", jpeg_decoder: str = "pillow")
     """
     from PIL import Image
 
+    if jpeg_decoder not in JPEG_DECODERS:
+        raise ValueError(f"jpeg_decoder {jpeg_decoder!r} is not one of {JPEG_DECODERS}")
     if jpeg_decoder == "simplejpeg":
         image = decode_jpeg_simplejpeg(data)
         if image is not None:
@@ -168,8 +175,11 @@ class ImageFolderSource:
         `class_names`; a file that cannot be decoded raises ValueError naming it when it is read.
     """
 
-    def __init__(self, root: str, split: str, class_names: Sequence[str] | None = None, lazy: bool = False):
-        self.lazy = bool(lazy)
+    def __init__(self, root: str, split: str, class_names: Sequence[str] | None = None, lazy: bool = False,
+                 jpeg_decoder: str = "simplejpeg"):
+        if jpeg_decoder not in JPEG_DECODERS:
+            raise ValueError(f"pp.jpeg_decoder {jpeg_decoder!r} is not one of {JPEG_DECODERS}")
+        self.lazy, self.jpeg_decoder = bool(lazy), jpeg_decoder
         root = str(root) if storage.is_url(root) else os.path.expanduser(str(root))
         folder = root if split in (".", "") else storage.join(root, split)
         if not storage.isdir(root):
@@ -207,7 +217,7 @@ class ImageFolderSource:
             raise ValueError(f"cannot read image file {path!r}: {type(e).__name__}: {e}") from e
         if self.lazy:
             return {"encoded": data, "path": path, "label": int(self.labels[i])}
-        return {"image": decode_image(data, path), "label": int(self.labels[i])}
+        return {"image": decode_image(data, path, self.jpeg_decoder), "label": int(self.labels[i])}
 
     def describe(self, i) -> str:
         return self.paths[i]
@@ -309,10 +319,12 @@ class TfdsSource:
         return {"image": to_rgb(np.asarray(r[self.image_key], np.uint8)), "label": int(r[self.label_key])}
 
 
-def get_source(data_config, split: str, class_names: Sequence[str] | None = None, lazy: bool = False):
+def get_source(data_config, split: str, class_names: Sequence[str] | None = None, lazy: bool = False,
+               jpeg_decoder: str = "simplejpeg"):
     """Builds the source named by `data_config.source` ('digits', 'folder', 'tfds') for `split`.
 
     `lazy`: a folder source hands out undecoded files (`ImageFolderSource(lazy=True)`); other sources ignore it.
+    `jpeg_decoder`: who decodes a folder's JPEG files (`pp.jpeg_decoder`; see `decode_image`).
 
     Raises:
       ValueError: unknown source, or a folder/TFDS source without `data.root`/`data.name`.
@@ -325,7 +337,7 @@ def get_source(data_config, split: str, class_names: Sequence[str] | None = None
     if kind == "folder":
         if not data_config.get("root"):
             raise ValueError("data.source='folder' needs data.root, the folder with {train,test}/<class>/*.jpg")
-        return ImageFolderSource(data_config.root, split, class_names, lazy=lazy)
+        return ImageFolderSource(data_config.root, split, class_names, lazy=lazy, jpeg_decoder=jpeg_decoder)
     if kind == "tfds":
         if not data_config.get("name"):
             raise ValueError("data.source='tfds' needs data.name, e.g. 'cifar100'")

@@ -86,8 +86,9 @@ class FewShotEvaluator:
         self.eval_pp = eval_pp
         self.sets = {}
         for name, d in dataset_specs(config).items():
-            train = sources.get_source(d, d.train_split)
-            test = sources.get_source(d, d.eval_split, getattr(train, "class_names", None))
+            decoder = config.pp.get("jpeg_decoder", "simplejpeg")
+            train = sources.get_source(d, d.train_split, jpeg_decoder=decoder)
+            test = sources.get_source(d, d.eval_split, getattr(train, "class_names", None), jpeg_decoder=decoder)
             self.sets[name] = (sources.evenly_spaced(train, int(fs.train_examples)),
                                sources.evenly_spaced(test, int(fs.test_examples)), train.num_classes)
         value_range = config.pp.get("value_range", (-1.0, 1.0))

@@ -93,14 +93,15 @@ def build(config, devices=None):
     # decode_errors='skip' they are decoded in the source, where SkipUnreadable catches a bad file.
     lazy = (config.pp.get("jpeg_draft", True) and config.pp.get("train_crop", "inception") == "inception"
             and data.get("decode_errors", "raise") == "raise")
-    full_train = sources.get_source(data, data.train_split, lazy=lazy)
+    decoder = config.pp.get("jpeg_decoder", "simplejpeg")
+    full_train = sources.get_source(data, data.train_split, lazy=lazy, jpeg_decoder=decoder)
     train_source = sources.nested_subset(full_train, data.get("train_fraction", 0.0), data.get("train_examples", 0),
                                          data.get("subset_seed", 0))
     total_steps = config.total_steps
     if data.get("scale_steps_with_data") and len(train_source) < len(full_train):
         total_steps = max(1, round(total_steps * len(train_source) / len(full_train)))
     eval_source = sources.evenly_spaced(
-        sources.get_source(data, data.eval_split, getattr(full_train, "class_names", None)),
+        sources.get_source(data, data.eval_split, getattr(full_train, "class_names", None), jpeg_decoder=decoder),
         data.get("eval_examples", 0))
     if data.get("decode_errors", "raise") == "skip":
         train_source, eval_source = sources.SkipUnreadable(train_source), sources.SkipUnreadable(eval_source)

@@ -162,6 +162,11 @@ VIT_RULES = {  # model.name == "vit"
     "model.representation_size": _int(0, none_ok=True),
 }
 
+CNN_RULES = {  # model.name in ("resnet", "vgg", "resnetv2")
+    "model.width": _int(1),   # channels of the first stage (64: the standard networks)
+    "model.depth": _int(1),
+}
+
 _MISSING = object()
 
 
@@ -176,7 +181,8 @@ def _get(config, dotted):
 
 
 def validate(config) -> None:
-    """Checks every known key of a training config (see `RULES`, `VIT_RULES`) and a few relations between keys.
+    """Checks every known key of a training config (see `RULES`, `VIT_RULES`, `CNN_RULES`) and a few relations
+    between keys.
 
     Raises:
       ConfigError: the first bad value, as `config.<key> <value> <what is allowed>`.
@@ -184,6 +190,8 @@ def validate(config) -> None:
     rules = dict(RULES)
     if _get(config, "model.name") in (_MISSING, "vit"):
         rules.update(VIT_RULES)
+    else:
+        rules.update(CNN_RULES)
     for key, check in rules.items():
         value = _get(config, key)
         if value is _MISSING:
