@@ -104,11 +104,19 @@ def test_data_size_study_leaves_out_runs_that_differ_in_other_keys(tmp_path, cap
     with open(os.path.join(lr, "config.json")) as f:
         c = json.load(f)
     c["optim"] = {"lr": 3e-3}
+    for name in ("full0", "full1", "sub0"):
+        with open(os.path.join(root, name, "config.json")) as f:
+            other = json.load(f)
+        other["optim"] = {"lr": 1e-3}
+        with open(os.path.join(root, name, "config.json"), "w") as f:
+            json.dump(other, f)
     with open(os.path.join(lr, "config.json"), "w") as f:
         json.dump(c, f)
     runs = datasize.find_runs(root, 4000)
     assert [r["name"] for r in runs] == ["sub0", "full0", "full1"]
-    assert "full_lr: left out" in capsys.readouterr().out
+    assert "full_lr: left out (its config differs from full0's in optim.lr)" in capsys.readouterr().out
+    # A key only one config has (written by an older version, before the key existed) is not a difference.
+    assert datasize.differing_keys({"seed": 0, "pp": {"flip": True}}, {"seed": 1, "pp": {"flip": True, "new": 1}}) == []
     twin = _run(root, "full0_again", 0.0, 0, d)
     with pytest.raises(ValueError, match="two runs of train fraction 1 and seed 0"):
         datasize.find_runs(root, 4000)

@@ -55,24 +55,33 @@ def is_data_size_run(c: dict, steps: int) -> bool:
 VARYING = ("seed", "data.train_fraction", "data.subset_seed")
 
 
-def signature(c: dict) -> str:
-    """A run config (`config.json` dict) without the `VARYING` keys, as canonical JSON: runs of one study share it."""
-    c = json.loads(json.dumps(c))
-    for key in VARYING:
-        *path, last = key.split(".")
-        node = c
-        for part in path:
-            node = node.get(part, {})
-        node.pop(last, None)
-    return json.dumps(c, sort_keys=True)
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def differing_keys(a: dict, b: dict) -> list[str]:
+    """The dotted keys, outside `VARYING`, whose values differ between two run configs (`config.json` dicts).
+
+    A key present in only one of them is not a difference: a config written by an older version of the package
+    lacks the keys added since, whose defaults keep the older behaviour.
+    """
+    fa, fb = _flat(a), _flat(b)
+    return sorted(k for k in set(fa) & set(fb) if k not in VARYING and fa[k] != fb[k])
 
 
 def find_runs(root: str, steps: int) -> list[dict]:
     """`[{workdir, name, fraction, seed}]` of the data-size runs under `root`, by fraction then seed.
 
     `fraction` is `data.train_fraction`, with 0 (all data) as 1.0. Of the finished plain-ViT runs of `steps` steps,
-    only those whose config equals the lowest-seed full-data run's in every key but `VARYING` belong to the study (a
-    run with another learning rate, `data.train_examples`, data source, … is left out, with a note on stdout).
+    only those whose config equals the lowest-seed full-data run's in every key but `VARYING` (`differing_keys`)
+    belong to the study (a run with another learning rate, `data.train_examples`, data source, … is left out, with
+    a note on stdout naming the keys).
     """
     found = []
     for name in sorted(storage.listdir(root)):
@@ -84,22 +93,25 @@ def find_runs(root: str, steps: int) -> list[dict]:
             continue  # not finished
         frac = float(c["data"].get("train_fraction") or 0.0) or 1.0
         found.append({"workdir": workdir, "name": name, "fraction": frac, "seed": int(c.get("seed", 0)),
-                      "signature": signature(c)})
+                      "config": c})
     full = sorted((r for r in found if r["fraction"] == 1.0), key=lambda r: (r["seed"], r["name"]))
     if full:
-        ref = full[0]["signature"]
+        ref, kept = full[0], []
         for r in found:
-            if r["signature"] != ref:
-                print(f"[datasize] {r['name']}: left out (its config differs from {full[0]['name']}'s in more than "
-                      f"{', '.join(VARYING)})", flush=True)
-        found = [r for r in found if r["signature"] == ref]
+            diff = differing_keys(ref["config"], r["config"])
+            if diff:
+                print(f"[datasize] {r['name']}: left out (its config differs from {ref['name']}'s in "
+                      f"{', '.join(diff)})", flush=True)
+            else:
+                kept.append(r)
+        found = kept
     seen = set()
     for r in sorted(found, key=lambda r: r["name"]):
         if (r["fraction"], r["seed"]) in seen:
             raise ValueError(f"two runs of train fraction {r['fraction']:g} and seed {r['seed']} under {root} "
                              f"(one is {r['name']}): keep one per fraction and seed")
         seen.add((r["fraction"], r["seed"]))
-    return sorted(({k: v for k, v in r.items() if k != "signature"} for r in found),
+    return sorted(({k: v for k, v in r.items() if k != "config"} for r in found),
                   key=lambda r: (r["fraction"], r["seed"]))
 
 
