@@ -134,3 +134,21 @@ def test_report_writes_training_curve_pngs(tmp_path):
         assert "(curves/R5_GAP_vs_CLS_classifier_ViT.png)" in f.read()
     with pytest.raises(ValueError, match="at least one run"):
         plots.training_curves({}, os.path.join(out, "x.png"), "empty")
+
+
+def test_data_size_rows_apply_the_verdict_rule_to_each_measure():
+    def seed(dist, shot, cka):
+        return {"early_mean_distance_px": dist, "fewshot": {"digits_10shot": shot},
+                "cka_to_reference": None if cka is None else {"stem": 0.99, "block00": cka}}
+
+    summary = {"fractions": [
+        {"fraction": 0.1, "seeds": [seed(15.0, 0.70, 0.60), seed(15.2, 0.72, 0.62)]},
+        {"fraction": 1.0, "seeds": [seed(14.0, 0.80, 0.75), seed(14.2, 0.82, None)]}]}
+    rows = {r["id"]: r for r in report.datasize_rows(summary)}
+    # R2: +1.0 px against 2·s = 2 · 0.141 px: the paper's direction (less data, more global early attention).
+    assert rows["R2"]["delta"] == pytest.approx(1.0) and rows["R2"]["verdict"] == "same direction"
+    assert rows["R6"]["delta"] == pytest.approx(-10.0) and rows["R6"]["verdict"] == "same direction"
+    # R7 reads the last layer; the full-data pair is counted once (one value), the spread comes from the subset.
+    assert rows["R7"]["baseline"] == [75.0] and rows["R7"]["delta"] == pytest.approx(-14.0)
+    assert rows["R7"]["spread"] == pytest.approx(100 * np.std([0.60, 0.62], ddof=1))
+    assert report.datasize_rows({"fractions": summary["fractions"][:1]}) == []  # no full-data arm

@@ -96,13 +96,15 @@ def seed_spread(*arms) -> float | None:
 
 def verdict(delta_points: float, spread_points: float | None, rule: str) -> str:
     """The verdict of `VERDICT_RULE` for a Δ and seed spread (points); `rule` is what the paper expects:
-    "small" (no clear effect) or "negative" (the treatment lowers accuracy)."""
+    "small" (no clear effect), "negative" (the treatment lowers the measure) or "positive" (it raises it)."""
     if spread_points is None:
         return "not judged (one seed per arm)"
     if abs(delta_points) <= 2 * spread_points:
         return "no effect beyond seed noise" + (" (as the paper)" if rule == "small" else "")
     if rule == "small":
         return f"differs ({delta_points:+.1f} points; the paper sees none)"
+    if rule == "positive":
+        return "same direction" if delta_points > 0 else "opposite direction"
     return "same direction" if delta_points < 0 else "opposite direction"
 
 
@@ -177,6 +179,46 @@ def _compare_model(fam, rid, what, knobs, paper, rule, model_label) -> list[dict
     return rows
 
 
+# Rows of the data-size study (vit_jax_struct/analysis/datasize.py: datasize.json) on the scoreboard: catalog id,
+# measure, how to read it from one seed's record, unit, rule (what the paper expects of the subset vs all data).
+DATASIZE_MEASURES = (
+    ("R2", "mean attention distance of the early blocks", lambda x: x["early_mean_distance_px"], "px", "positive"),
+    ("R6", "10-shot digits accuracy (pre-logits ridge probe; digits never seen in pretraining)",
+     lambda x: x["fewshot"].get("digits_10shot"), "points", "negative"),
+    ("R7", "CKA of the last block with the full-data model's (baseline: two full-data seeds)",
+     lambda x: list(x["cka_to_reference"].values())[-1] if x["cka_to_reference"] else None, "points",
+     "negative"),
+)
+
+
+def datasize_rows(summary: dict) -> list[dict]:
+    """Scoreboard rows of a data-size study (`datasize.json`): each measure of `DATASIZE_MEASURES`, every subset
+    fraction against all data, with the same verdict rule as the accuracy rows (|Δ| > 2 × pooled seed s.d.)."""
+    by = {f["fraction"]: f["seeds"] for f in summary.get("fractions", [])}
+    if 1.0 not in by:
+        return []
+    rows = []
+    for rid, what, get, unit, rule in DATASIZE_MEASURES:
+        scale = 100.0 if unit == "points" else 1.0
+        base = [scale * v for v in map(get, by[1.0]) if v is not None]
+        for frac in sorted(f for f in by if f < 1.0):
+            treat = [scale * v for v in map(get, by[frac]) if v is not None]
+            if not base or not treat:
+                continue
+            delta = statistics.mean(treat) - statistics.mean(base)
+            spread = seed_spread(base, treat)
+            rows.append({"id": rid, "measure": what, "fraction": frac, "unit": unit, "baseline": base,
+                         "treatment": treat, "delta": delta, "spread": spread,
+                         "paper": catalog.paper_says([rid]), "verdict": verdict(delta, spread, rule)})
+    return rows
+
+
+def _values(xs, unit) -> str:
+    digits = 2 if unit == "px" else 1
+    m = statistics.mean(xs)
+    return f"{m:.{digits}f}" + (f" ± {statistics.stdev(xs):.{digits}f}" if len(xs) > 1 else "") + f" (n={len(xs)})"
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.=+-]+", "_", text).strip("_")
 
@@ -206,9 +248,10 @@ def write_curves(runs, rows, out: str) -> dict:
     return written
 
 
-def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) -> tuple[str, str]:
-    """Writes `out/scoreboard.md` and `out/runs.csv` (with links to `curves`, from `write_curves`); returns their
-    paths."""
+def write(runs, rows, out: str, commands: str = "", curves: dict | None = None,
+          datasize: dict | None = None) -> tuple[str, str]:
+    """Writes `out/scoreboard.md` and `out/runs.csv` (with links to `curves`, from `write_curves`, and the rows of
+    a data-size study `datasize`, a `datasize.json` dict); returns their paths."""
     storage.makedirs(out)
     csv_path, md_path = storage.join(out, "runs.csv"), storage.join(out, "scoreboard.md")
     buf = io.StringIO(newline="")
@@ -229,6 +272,18 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
                      f"{format_accuracy(r['baseline'], r['sd_baseline'], r['n_baseline'])} | "
                      f"{format_accuracy(r['treatment'], r['sd_treatment'], r['n_treatment'])} | "
                      f"{r['delta_points']:+.1f} | {two_s} | {r['paper']} | {r['verdict']} |")
+    ds_rows = datasize_rows(datasize) if datasize else []
+    if ds_rows:
+        lines += ["", "## Data size beyond accuracy (R2, R6, R7)", "",
+                  "From the data-size study ([datasize/README.md](datasize/README.md), "
+                  "`python -m vit_jax_struct.analysis.datasize`): each subset against all data, same verdict rule.",
+                  "", "| id | measure | train fraction | all data | subset | Δ | 2·s | paper says | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in ds_rows:
+            two_s = "—" if r["spread"] is None else f"{2 * r['spread']:.2f} {r['unit']}"
+            lines.append(f"| {r['id']} | {r['measure']} | {r['fraction']:g} | {_values(r['baseline'], r['unit'])} | "
+                         f"{_values(r['treatment'], r['unit'])} | {r['delta']:+.2f} {r['unit']} | {two_s} | "
+                         f"{r['paper']} | {r['verdict']} |")
     if curves and curves.get("comparisons"):
         lines += ["", "## Training curves", "", "Train loss, eval accuracy and few-shot accuracy vs step, the arms of "
                   "each comparison overlaid (one file per run beside them in `curves/`):", ""]
@@ -248,6 +303,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", action="append", required=True, help="folder(s) holding workdirs (repeatable)")
     ap.add_argument("--out", default="docs/results", help="where scoreboard.md and runs.csv go")
     ap.add_argument("--commands", default="", help="text file with the commands that produced the runs")
+    ap.add_argument("--datasize", default="",
+                    help="datasize.json of a data-size study (default: OUT/datasize/datasize.json if it exists)")
     ap.add_argument("--curves", action=argparse.BooleanOptionalAction, default=True,
                     help="write PNG training curves to OUT/curves/ (per run and per comparison)")
     args = ap.parse_args(argv)
@@ -260,7 +317,9 @@ def main(argv=None) -> int:
         cmds = storage.read_text(args.commands)
     rows = compare(runs)
     curves = write_curves(runs, rows, args.out) if args.curves else None
-    md, csv_path = write(runs, rows, args.out, cmds, curves)
+    ds_path = args.datasize or storage.join(args.out, "datasize", "datasize.json")
+    datasize = json.loads(storage.read_text(ds_path)) if storage.exists(ds_path) else None
+    md, csv_path = write(runs, rows, args.out, cmds, curves, datasize)
     print(f"{len(runs)} runs -> {md}, {csv_path}")
     return 0
 
