@@ -91,8 +91,8 @@ def base() -> ml_collections.ConfigDict:
     c.pp.flip = True
     c.pp.jpeg_draft = True            # folder JPEGs: decode at 1/2..1/8 size when the inception crop is >= 2x the
     #                                   output side (Image.draft; a few grey levels from the full decode, faster)
-    c.pp.jpeg_decoder = "simplejpeg"  # JPEG files: "simplejpeg" (libjpeg-turbo's TurboJPEG API: Pillow's pixels at
-    #                                   full size, faster) or "pillow"; other formats always go to Pillow
+    c.pp.jpeg_decoder = "pillow"      # JPEG files: "pillow", or "simplejpeg" (libjpeg-turbo's TurboJPEG API: the same
+    #                                   pixels, no faster here: benchmarks/input_pipeline.py, docs/input_pipeline.md)
     c.pp.eval_crop_fraction = 0.875
     c.pp.value_range = (-1.0, 1.0)    # applied on the device: batches travel as uint8 (data/preprocess.py)
     # RandAugment (Cubuk et al. 2020) after crop + flip, TF/big_vision op list and magnitude scale (data/augment.py).

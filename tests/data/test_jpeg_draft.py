@@ -135,7 +135,8 @@ def test_simplejpeg_crops_match_pillows_and_reduce_large_crops(folder, monkeypat
 
     monkeypatch.setattr(simplejpeg, "decode_jpeg", spy)
     for draft in (False, True):
-        fast = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=draft)
+        fast = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=draft,
+                                          jpeg_decoder="simplejpeg")
         slow = preprocess.TrainPreprocess(32, "inception", 0.05, value_range=None, jpeg_draft=draft,
                                           jpeg_decoder="pillow")
         diffs = _paired_crop_differences(fast, lazy, slow, lazy)

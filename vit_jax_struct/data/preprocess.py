@@ -171,8 +171,8 @@ class TrainPreprocess:
       randaug_layers, randaug_magnitude: RandAugment after the flip (AugReg's `randaug(2, 15)` is 2, 15); 0 layers:
         none. See `augment.randaugment`.
       jpeg_draft: reduced-size JPEG decoding of lazy records (above); `pp.jpeg_draft`.
-      jpeg_decoder: "simplejpeg" (default: libjpeg-turbo's TurboJPEG API, Pillow's pixels at full size, faster) or
-        "pillow", for JPEG records; `pp.jpeg_decoder`.
+      jpeg_decoder: "pillow" (default) or "simplejpeg" (libjpeg-turbo's TurboJPEG API: Pillow's pixels at full
+        size), for JPEG records; `pp.jpeg_decoder`.
 
     Raises:
       ValueError: a lazy record that cannot be decoded (naming its path); unknown crop, crop_area_min outside
@@ -181,7 +181,7 @@ class TrainPreprocess:
 
     def __init__(self, image_size: int, crop: str = "inception", crop_area_min: float = 0.05, pad: int = 4,
                  flip: bool = True, value_range=(-1.0, 1.0), randaug_layers: int = 0,
-                 randaug_magnitude: float = 10, jpeg_draft: bool = True, jpeg_decoder: str = "simplejpeg"):
+                 randaug_magnitude: float = 10, jpeg_draft: bool = True, jpeg_decoder: str = "pillow"):
         if crop not in TRAIN_CROPS:
             raise ValueError(f"pp.train_crop {crop!r} is not one of {TRAIN_CROPS}")
         if not 0.0 < crop_area_min <= 1.0:
@@ -231,7 +231,7 @@ class EvalPreprocess:
     """
 
     def __init__(self, image_size: int, crop_fraction: float = 0.875, value_range=(-1.0, 1.0),
-                 jpeg_decoder: str = "simplejpeg"):
+                 jpeg_decoder: str = "pillow"):
         if not 0.0 < crop_fraction <= 1.0:
             raise ValueError(f"pp.eval_crop_fraction {crop_fraction} is not in (0, 1]")
         self.image_size, self.crop_fraction = int(image_size), float(crop_fraction)
@@ -262,6 +262,6 @@ def from_config(pp_config, image_size: int):
                             pp_config.get("crop_area_min", 0.05), pp_config.get("pad", 4),
                             pp_config.get("flip", True), None, pp_config.get("randaug_layers", 0),
                             pp_config.get("randaug_magnitude", 10), pp_config.get("jpeg_draft", True),
-                            pp_config.get("jpeg_decoder", "simplejpeg"))
+                            pp_config.get("jpeg_decoder", "pillow"))
     return train, EvalPreprocess(image_size, pp_config.get("eval_crop_fraction", 0.875), None,
-                                 pp_config.get("jpeg_decoder", "simplejpeg"))
+                                 pp_config.get("jpeg_decoder", "pillow"))

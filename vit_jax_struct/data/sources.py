@@ -45,7 +45,8 @@ def decode_jpeg_simplejpeg(data: bytes, min_width: int = 0, min_height: int = 0)
     converts what it can and names the file in its error).
 
     At full size the pixels are the same as Pillow's `Image.open(...).convert("RGB")` (both are libjpeg-turbo with
-    the same IDCT and upsampling; every photo of the ImageNet sample compared equal), at less cost per image. Neither
+    the same IDCT and upsampling; every photo of the ImageNet sample compared equal), at the same cost per image
+    on this CPU (docs/input_pipeline.md). Neither
     applies EXIF orientation. Images above Pillow's `Image.MAX_IMAGE_PIXELS` are left to Pillow's bomb check.
     `min_width`/`min_height` > 0 decode at the smallest of libjpeg-turbo's DCT scaling factors (M/8) whose output
     is still at least that size.
@@ -176,7 +177,7 @@ class ImageFolderSource:
     """
 
     def __init__(self, root: str, split: str, class_names: Sequence[str] | None = None, lazy: bool = False,
-                 jpeg_decoder: str = "simplejpeg"):
+                 jpeg_decoder: str = "pillow"):
         if jpeg_decoder not in JPEG_DECODERS:
             raise ValueError(f"pp.jpeg_decoder {jpeg_decoder!r} is not one of {JPEG_DECODERS}")
         self.lazy, self.jpeg_decoder = bool(lazy), jpeg_decoder
@@ -320,7 +321,7 @@ class TfdsSource:
 
 
 def get_source(data_config, split: str, class_names: Sequence[str] | None = None, lazy: bool = False,
-               jpeg_decoder: str = "simplejpeg"):
+               jpeg_decoder: str = "pillow"):
     """Builds the source named by `data_config.source` ('digits', 'folder', 'tfds') for `split`.
 
     `lazy`: a folder source hands out undecoded files (`ImageFolderSource(lazy=True)`); other sources ignore it.

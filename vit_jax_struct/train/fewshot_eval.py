@@ -86,7 +86,7 @@ class FewShotEvaluator:
         self.eval_pp = eval_pp
         self.sets = {}
         for name, d in dataset_specs(config).items():
-            decoder = config.pp.get("jpeg_decoder", "simplejpeg")
+            decoder = config.pp.get("jpeg_decoder", "pillow")
             train = sources.get_source(d, d.train_split, jpeg_decoder=decoder)
             test = sources.get_source(d, d.eval_split, getattr(train, "class_names", None), jpeg_decoder=decoder)
             self.sets[name] = (sources.evenly_spaced(train, int(fs.train_examples)),

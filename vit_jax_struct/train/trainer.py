@@ -93,7 +93,7 @@ def build(config, devices=None):
     # decode_errors='skip' they are decoded in the source, where SkipUnreadable catches a bad file.
     lazy = (config.pp.get("jpeg_draft", True) and config.pp.get("train_crop", "inception") == "inception"
             and data.get("decode_errors", "raise") == "raise")
-    decoder = config.pp.get("jpeg_decoder", "simplejpeg")
+    decoder = config.pp.get("jpeg_decoder", "pillow")
     full_train = sources.get_source(data, data.train_split, lazy=lazy, jpeg_decoder=decoder)
     train_source = sources.nested_subset(full_train, data.get("train_fraction", 0.0), data.get("train_examples", 0),
                                          data.get("subset_seed", 0))
