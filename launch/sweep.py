@@ -4,9 +4,10 @@
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run      # run all
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py:short --root=… --run --only=permute
     python launch/sweep.py --sweep=… --root=gs://bucket/sweep --tpu=NAME,ZONE                               # TPU VM
-    # Smoke sweep in minutes: sweep-level overrides that win over the sweep file's and every run's own.
-    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=/tmp/smoke --run \
-        --set=total_steps=20 --set=eval_every_steps=10 --set=data.eval_examples=256 --set=optim.warmup_steps=2
+    # Smoke sweep in minutes (4.3 min on 2 cores): sweep-level overrides that win over the sweep file's and every run's.
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=/tmp/smoke --run --jobs=2 \
+        --set=total_steps=20 --set=eval_every_steps=10 --set=data.eval_examples=256 --set=optim.warmup_steps=2 \
+        --set=fewshot.train_examples=300 --set=fewshot.holdout_examples=100 --set=fewshot.test_examples=256
 
 A sweep file defines `get_sweep(arg) -> dict(config=…, overrides={…}, runs=[{name, overrides, [config]}, …])`;
 `grid(**axes)` builds the runs of a Cartesian product. Every run gets its own workdir `ROOT/<name>`; local runs go
