@@ -131,7 +131,7 @@ def synthetic_data(num_classes: int, image_size: int):
     from vit_jax_struct.train import trainer
 
     original = trainer.sources.get_source
-    trainer.sources.get_source = lambda data_config, split, class_names=None, lazy=False: SyntheticSource(
+    trainer.sources.get_source = lambda data_config, split, class_names=None, lazy=False, **_: SyntheticSource(
         num_classes, image_size)
     try:
         yield
