@@ -342,11 +342,7 @@ def render(runs_csv: str = os.path.join(REPO, "docs", "results", "runs.csv")) ->
             lines += ["", "| comparison | model | baseline | treatment | Δ (points) | 2·s (points) | verdict |",
                       "|---|---|---|---|---|---|---|"]
             for m in ms:
-                two_s = "—" if m["spread_points"] is None else f"{2 * m['spread_points']:.1f}"
-                lines.append(f"| {m['comparison']} | {m['models']} | "
-                             f"{report.format_accuracy(m['baseline'], m['sd_baseline'], m['n_baseline'])} | "
-                             f"{report.format_accuracy(m['treatment'], m['sd_treatment'], m['n_treatment'])} | "
-                             f"{m['delta_points']:+.1f} | {two_s} | {m['verdict']} |")
+                lines.append(f"| {m['comparison']} | {m['models']} | {report.comparison_cells(m)} | {m['verdict']} |")
         if row.measured:
             lines += ["", f"Measured: {row.measured}."]
         if row.pending:

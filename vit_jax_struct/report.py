@@ -123,6 +123,14 @@ def _matches(run, knobs) -> bool:
     return True
 
 
+def comparison_cells(r: dict) -> str:
+    """`baseline | treatment | Δ | 2·s` table cells of a `compare` row (accuracies as `format_accuracy`)."""
+    two_s = "—" if r["spread_points"] is None else f"{2 * r['spread_points']:.1f}"
+    return (f"{format_accuracy(r['baseline'], r['sd_baseline'], r['n_baseline'])} | "
+            f"{format_accuracy(r['treatment'], r['sd_treatment'], r['n_treatment'])} | "
+            f"{r['delta_points']:+.1f} | {two_s}")
+
+
 def format_accuracy(mean: float, sd: float | None, n: int) -> str:
     """`0.5600 ± 0.0040 (n=2)` (no ± for one seed)."""
     return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "") + f" (n={n})"
@@ -267,11 +275,8 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None,
               "| id | comparison | model | baseline acc | treatment acc | Δ (points) | 2·s (points) | paper says "
               "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        two_s = "—" if r["spread_points"] is None else f"{2 * r['spread_points']:.1f}"
-        lines.append(f"| {r['id']} | {r['comparison']} | {r['models']} | "
-                     f"{format_accuracy(r['baseline'], r['sd_baseline'], r['n_baseline'])} | "
-                     f"{format_accuracy(r['treatment'], r['sd_treatment'], r['n_treatment'])} | "
-                     f"{r['delta_points']:+.1f} | {two_s} | {r['paper']} | {r['verdict']} |")
+        lines.append(f"| {r['id']} | {r['comparison']} | {r['models']} | {comparison_cells(r)} | {r['paper']} | "
+                     f"{r['verdict']} |")
     ds_rows = datasize_rows(datasize) if datasize else []
     if ds_rows:
         lines += ["", "## Data size beyond accuracy (R2, R6, R7)", "",

@@ -76,7 +76,7 @@ def differing_keys(a: dict, b: dict) -> list[str]:
 
 
 def find_runs(root: str, steps: int) -> list[dict]:
-    """`[{workdir, name, fraction, seed}]` of the data-size runs under `root`, by fraction then seed.
+    """`[{workdir, name, fraction, seed, config}]` of the data-size runs under `root`, by fraction then seed.
 
     `fraction` is `data.train_fraction`, with 0 (all data) as 1.0. Of the finished plain-ViT runs of `steps` steps,
     only those whose config equals the lowest-seed full-data run's in every key but `VARYING` (`differing_keys`)
@@ -111,8 +111,7 @@ def find_runs(root: str, steps: int) -> list[dict]:
             raise ValueError(f"two runs of train fraction {r['fraction']:g} and seed {r['seed']} under {root} "
                              f"(one is {r['name']}): keep one per fraction and seed")
         seen.add((r["fraction"], r["seed"]))
-    return sorted(({k: v for k, v in r.items() if k != "config"} for r in found),
-                  key=lambda r: (r["fraction"], r["seed"]))
+    return sorted(found, key=lambda r: (r["fraction"], r["seed"]))
 
 
 def reference_for(run: dict, runs: list[dict]) -> str | None:
@@ -335,8 +334,8 @@ def _study(args, argv) -> int:
         raise FileNotFoundError(f"no full-data run (train_fraction 0 or 1) of {args.steps} steps under {args.runs}")
     ensure_analysis(runs, args.analysis_examples, args.analysis_batch)
     at_init = [fewshot_at_init(r["workdir"]) for r in runs if r["fraction"] == 1.0
-               and (_config(r["workdir"]).get("fewshot") or {}).get("every_steps")]
-    c = _config(runs[0]["workdir"])
+               and (r["config"].get("fewshot") or {}).get("every_steps")]
+    c = runs[0]["config"]
     from vit_jax_struct.analysis import attention
 
     patch = int(c["model"].get("patch_size") or int(str(c["model"]["variant"]).split("/")[1]))
