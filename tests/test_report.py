@@ -1,95 +1,98 @@
-"""Scoreboard: knobs read from workdirs, catalog comparisons and verdicts."""
+"""Scoreboard: knobs read from workdirs, accuracy comparisons with Welch intervals, statuses, smoke runs."""
 
 import json
 import os
 
-import numpy as np
 import pytest
+import scipy.stats
 
 from vit_jax_struct import report
 
 
-def _run(root, name, acc, seed=0, steps=100, model=None, **data_model):
+def _run(root, name, acc, seed=0, steps=1000, model=None, **data_model):
     d = os.path.join(root, name)
     os.makedirs(d)
     model = model or {"name": "vit", "variant": "Ti/8", "attention": "standard", "classifier": "token",
                       "skip_ablation": ""}
-    data = {"permute_patches": False, "train_fraction": 0.0}
+    data = {"permute_patches": False, "train_fraction": 0.0, "permutation_patch_size": 0}
     for k, v in data_model.items():
         (data if k in data else model)[k] = v
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({"seed": seed, "model": model, "data": data}, f)
+        json.dump({"seed": seed, "total_steps": steps, "model": model, "data": data}, f)
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
         f.write(json.dumps({"step": steps // 2, "eval/accuracy": 0.1}) + "\n")
         f.write(json.dumps({"step": steps, "eval/accuracy": acc, "eval/loss": 1.0}) + "\n")
 
 
-def test_scoreboard_compares_arms_and_writes_tables(tmp_path):
+def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     root = str(tmp_path / "runs")
-    _run(root, "base0", 0.60, seed=0)
-    _run(root, "base1", 0.62, seed=1)
-    _run(root, "perm0", 0.605, permute_patches=True)
+    for seed, acc in enumerate((0.60, 0.62, 0.61)):
+        _run(root, f"base{seed}", acc, seed=seed)
+    for seed, acc in enumerate((0.605, 0.612, 0.615)):
+        _run(root, f"perm{seed}", acc, seed=seed, permute_patches=True)
+    for seed, acc in enumerate((0.50, 0.52, 0.49)):
+        _run(root, f"sub{seed}", acc, seed=seed, permute_patches=True, permutation_patch_size=4)
     _run(root, "pos0", 0.50, attention="positional")
-    _run(root, "skip0", 0.55, skip_ablation="3:both")
-    _run(root, "frac0", 0.40, train_fraction=0.1)
-    _run(root, "frac3", 0.605, train_fraction=0.3)  # -0.5 points: within the noise band
-    _run(root, "other_budget", 0.9, steps=999, attention="positional")  # no baseline with 999 steps
+    _run(root, "other_budget", 0.9, steps=999, attention="positional")  # a budget nobody declared: smoke
     cnn = {"name": "resnet", "depth": 18}
-    _run(root, "rn", 0.7, model=dict(cnn))
-    _run(root, "rn_perm", 0.5, model=dict(cnn), permute_patches=True)
-    _run(root, "rn1", 0.72, seed=1, model=dict(cnn))
-    _run(root, "rn_perm1", 0.46, seed=1, model=dict(cnn), permute_patches=True)
-    runs = report.find_runs([root])
-    assert len(runs) == 12 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
-    rows = {r["comparison"]: r for r in report.compare(runs)}
-    j2 = rows["permuted vs original patches (ViT)"]
-    assert j2["baseline"] == pytest.approx(0.61) and j2["n_baseline"] == 2
-    # Seed spread: only the baseline has two seeds, s = sd(0.60, 0.62) = 1.414 points; 2·s = 2.83 > |−0.5|.
-    assert j2["spread_points"] == pytest.approx(100 * np.std([0.60, 0.62], ddof=1))
-    assert j2["delta_points"] == pytest.approx(-0.5) and j2["verdict"] == "no effect beyond seed noise (as the paper)"
-    assert rows["positional vs standard attention (ViT)"]["verdict"].startswith("differs (-11.0 points")
-    assert rows["positional vs standard attention (ViT)"]["delta_points"] == pytest.approx(-11.0)
-    assert rows["positional vs standard attention (ViT)"]["n_treatment"] == 1
-    j3 = rows["permuted vs original patches (CNN)"]
-    # Pooled over both arms: variances of (0.70, 0.72) and (0.50, 0.46), one degree of freedom each.
-    pooled = np.sqrt((np.var([0.70, 0.72], ddof=1) + np.var([0.50, 0.46], ddof=1)) / 2)
-    assert j3["spread_points"] == pytest.approx(100 * pooled)
-    assert j3["delta_points"] == pytest.approx(-23.0) and j3["verdict"] == "same direction"
-    assert rows["skip connections removed in a middle block (ViT) [skip 3:both]"]["delta_points"] == \
-        pytest.approx(-6.0)
-    assert rows["train_fraction < 1 vs all data (ViT) [fraction 0.1]"]["verdict"] == "same direction"
-    assert rows["train_fraction < 1 vs all data (ViT) [fraction 0.3]"]["verdict"] == "no effect beyond seed noise"
+    for seed, (a, b) in enumerate(((0.70, 0.50), (0.72, 0.46), (0.71, 0.48))):
+        _run(root, f"rn{seed}", a, seed=seed, model=dict(cnn))
+        _run(root, f"rn_perm{seed}", b, seed=seed, model=dict(cnn), permute_patches=True,
+             permutation_patch_size=8)
+    runs = report.mark(report.find_runs([root]))
+    assert len(runs) == 17 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
+    assert [r["run"] for r in runs if r["smoke"]] == [os.path.join(root, "other_budget")]
+    rows = {r["id"]: r for r in report.compare(runs)}
+    j2 = rows["J2"]
+    ref = scipy.stats.ttest_ind([60.5, 61.2, 61.5], [60.0, 62.0, 61.0], equal_var=False)
+    ci = ref.confidence_interval(0.95)
+    assert j2["effect"].delta == pytest.approx((60.5 + 61.2 + 61.5 - 60.0 - 62.0 - 61.0) / 3)
+    assert (j2["effect"].low, j2["effect"].high, j2["effect"].df) == (
+        pytest.approx(ci.low), pytest.approx(ci.high), pytest.approx(ref.df))
+    assert j2["status"] == "inconclusive" and "margin" in j2["reason"]  # the interval crosses ±1 point
+    assert rows["J2+"]["status"] == "reproduced"
+    assert rows["J2+"]["effect"].delta == pytest.approx((50 + 52 + 49 - 60 - 62 - 61) / 3)
+    assert rows["J1"]["status"] == "inconclusive" and rows["J1"]["effect"] is None  # one seed: no interval
+    assert rows["J3"]["status"] == "reproduced" and rows["J3"]["effect"].delta == pytest.approx(-23.0)
     md, csv_path = report.write(runs, list(rows.values()), str(tmp_path / "out"), "python launch/sweep.py …")
     with open(md) as f:
         text = f.read()
-    assert "| J3 |" in text and "python launch/sweep.py" in text
+    assert "| J3 |" in text and "python launch/sweep.py" in text and "**reproduced**" in text
+    assert "1 smoke or unfinished run(s)" in text
     with open(csv_path) as f:
-        assert f.read().count("\n") == 13
+        assert f.read().count("\n") == 18
+    with open(os.path.join(tmp_path, "out", "verdicts.json")) as f:
+        assert {v["id"] for v in json.load(f)} == set(rows)
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0
 
 
-def test_each_cnn_model_gets_its_own_comparison(tmp_path):
-    root = str(tmp_path)
-    for model, accs in (({"name": "resnet", "depth": 18, "width": 16}, (0.40, 0.35)),
-                        ({"name": "vgg", "width": 16}, (0.50, 0.30))):
-        for seed in (0, 1):
-            _run(root, f"{model['name']}{seed}", accs[0] + seed / 100, seed=seed, model=dict(model))
-            _run(root, f"{model['name']}_perm{seed}", accs[1], seed=seed, model=dict(model), permute_patches=True)
-    rows = {r["comparison"]: r for r in report.compare(report.find_runs([root]))}
-    assert sorted(rows) == ["permuted vs original patches (CNN) [ResNet-18 (width 16)]",
-                            "permuted vs original patches (CNN) [VGG-19 (width 16)]"]
-    vgg = rows["permuted vs original patches (CNN) [VGG-19 (width 16)]"]
-    assert vgg["delta_points"] == pytest.approx(-20.5) and vgg["n_baseline"] == 2 and vgg["models"] == \
-        "VGG-19 (width 16)"
+def test_smoke_sweep_judges_nothing_and_counts_identical_runs_once(tmp_path, capsys):
+    """`--set=total_steps=20`: every arm is smoke; two arms that became the same training run are one run."""
+    root = str(tmp_path / "smoke")
+    _run(root, "base_500", 0.1, seed=0, steps=20)
+    _run(root, "base_4000", 0.1, seed=0, steps=20)   # the same training config as base_500
+    _run(root, "perm", 0.1, seed=0, steps=20, permute_patches=True)
+    runs = report.mark(report.find_runs([root]))
+    assert all(r["smoke"] for r in runs)
+    assert sum(bool(r["duplicate_of"]) for r in runs) == 1
+    assert report.compare(runs) == []
+    assert report.main(["--runs", root, "--out", str(tmp_path / "out"), "--no-curves"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("smoke run") == 3 and "counted once" in err
 
 
-def test_verdict_rule_needs_two_seeds_and_twice_the_spread():
-    assert report.seed_spread([0.5], [0.4]) is None
-    assert report.verdict(-10.0, None, "negative") == "not judged (one seed per arm)"
-    assert report.verdict(-3.0, 1.4, "negative") == "same direction"
-    assert report.verdict(+3.0, 1.4, "negative") == "opposite direction"
-    assert report.verdict(-2.8, 1.4, "negative") == "no effect beyond seed noise"
-    assert report.verdict(2.8, 1.4, "small") == "no effect beyond seed noise (as the paper)"
+def test_result_file_verdicts_are_judged_by_their_catalog_key(tmp_path):
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps([{"key": "J5", "comparison": "x", "treatment": [0.5, 0.6, 0.55, 0.52, 0.58],
+                                 "null": 0.25, "method": "one-sample"},
+                                {"key": "J10rand", "comparison": "y", "treatment": [0.3, 0.31, 0.29],
+                                 "baseline": [0.3, 0.305, 0.295], "method": "welch"}]))
+    rows = report.verdicts_from_file(str(path))
+    assert rows[0]["status"] == "reproduced" and rows[0]["effect"].delta == pytest.approx(0.3)
+    assert rows[1]["status"] == "reproduced"  # inside the ±0.05 margin
+    path.write_text(json.dumps([{"key": "nope", "comparison": "z", "treatment": [1, 2]}]))
+    with pytest.raises(ValueError, match="verdict key 'nope'"):
+        report.verdicts_from_file(str(path))
 
 
 def _curve_run(root, name, seed=0, **model_kw):
@@ -99,13 +102,16 @@ def _curve_run(root, name, seed=0, **model_kw):
     model = {"name": "vit", "variant": "Ti/8", "attention": "standard", "classifier": "token", "skip_ablation": "",
              **model_kw}
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({"seed": seed, "model": model, "data": {"permute_patches": False, "train_fraction": 0.0}}, f)
+        json.dump({"seed": seed, "total_steps": 1000, "model": model,
+                   "data": {"permute_patches": False, "train_fraction": 0.0, "source": "folder",
+                            "root": "/data/cifar10"}}, f)
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
-        for step in (10, 20, 30, 40):
-            f.write(json.dumps({"step": step, "train/loss": 2.3 - step / 40}) + "\n")
-            if step % 20 == 0:
-                f.write(json.dumps({"step": step, "eval/accuracy": step / 100, "eval/loss": 2.0,
-                                    "fewshot/cifar10_1shot": step / 200, "fewshot/cifar10_10shot": step / 150}) + "\n")
+        for step in (250, 500, 750, 1000):
+            f.write(json.dumps({"step": step, "train/loss": 2.3 - step / 1000}) + "\n")
+            if step % 500 == 0:
+                f.write(json.dumps({"step": step, "eval/accuracy": step / 2500 + seed / 100, "eval/loss": 2.0,
+                                    "fewshot/cifar10_1shot": step / 5000,
+                                    "fewshot/cifar10_10shot": step / 3750}) + "\n")
 
 
 def test_report_writes_training_curve_pngs(tmp_path):
@@ -114,15 +120,18 @@ def test_report_writes_training_curve_pngs(tmp_path):
 
     root = str(tmp_path / "runs")
     _curve_run(root, "base0")
+    _curve_run(root, "base1", seed=1)
     _curve_run(root, "gap0", classifier="gap")
+    _curve_run(root, "gap1", seed=1, classifier="gap")
     recs = metrics.read_metrics(os.path.join(root, "base0"))
     assert plots.fewshot_keys(recs) == ["fewshot/cifar10_1shot", "fewshot/cifar10_10shot"]
     steps, acc = plots._series(recs, "fewshot/cifar10_10shot")
-    assert steps.tolist() == [20, 40] and acc.tolist() == pytest.approx([20 / 150, 40 / 150])
+    assert steps.tolist() == [500, 1000] and acc.tolist() == pytest.approx([500 / 3750, 1000 / 3750])
     out = str(tmp_path / "out")
     assert report.main(["--runs", root, "--out", out]) == 0
     files = sorted(os.listdir(os.path.join(out, "curves")))
-    assert files == ["R5_GAP_vs_CLS_classifier_ViT.png", "base0.png", "gap0.png"]
+    comparison = "R5acc_GAP_vs_CLS_classifier_ViT_accuracy_cifar10_1000_steps.png"
+    assert files == [comparison, "base0.png", "base1.png", "gap0.png", "gap1.png"]
     for f in files:
         with open(os.path.join(out, "curves", f), "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -131,24 +140,8 @@ def test_report_writes_training_curve_pngs(tmp_path):
     img = matplotlib.image.imread(os.path.join(out, "curves", "base0.png"))
     assert img.shape[1] > 1000 and img[..., :3].std() > 0.05  # three panels drawn, not a blank canvas
     with open(os.path.join(out, "scoreboard.md")) as f:
-        assert "(curves/R5_GAP_vs_CLS_classifier_ViT.png)" in f.read()
+        assert f"(curves/{comparison})" in f.read()
     with pytest.raises(ValueError, match="at least one run"):
         plots.training_curves({}, os.path.join(out, "x.png"), "empty")
 
 
-def test_data_size_rows_apply_the_verdict_rule_to_each_measure():
-    def seed(dist, shot, cka):
-        return {"early_mean_distance_px": dist, "fewshot": {"digits_10shot": shot},
-                "cka_to_reference": None if cka is None else {"stem": 0.99, "block00": cka}}
-
-    summary = {"fractions": [
-        {"fraction": 0.1, "seeds": [seed(15.0, 0.70, 0.60), seed(15.2, 0.72, 0.62)]},
-        {"fraction": 1.0, "seeds": [seed(14.0, 0.80, 0.75), seed(14.2, 0.82, None)]}]}
-    rows = {r["id"]: r for r in report.datasize_rows(summary)}
-    # R2: +1.0 px against 2·s = 2 · 0.141 px: the paper's direction (less data, more global early attention).
-    assert rows["R2"]["delta"] == pytest.approx(1.0) and rows["R2"]["verdict"] == "same direction"
-    assert rows["R6"]["delta"] == pytest.approx(-10.0) and rows["R6"]["verdict"] == "same direction"
-    # R7 reads the last layer; the full-data pair is counted once (one value), the spread comes from the subset.
-    assert rows["R7"]["baseline"] == [75.0] and rows["R7"]["delta"] == pytest.approx(-14.0)
-    assert rows["R7"]["spread"] == pytest.approx(100 * np.std([0.60, 0.62], ddof=1))
-    assert report.datasize_rows({"fractions": summary["fractions"][:1]}) == []  # no full-data arm

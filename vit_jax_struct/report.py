@@ -1,13 +1,23 @@
-"""Scoreboard: a markdown + CSV table of runs' ablation knobs and final metrics, and the catalog rows' verdicts.
+"""Scoreboard: the runs of one or more sweeps, their accuracy comparisons and every catalog verdict, with intervals.
 
-    python -m vit_jax_struct.report --runs=runs/cifar_ablations [--runs=OTHER …] --out=docs/results [--no-curves]
+    python -m vit_jax_struct.report --runs=runs/cifar100_permuted [--runs=OTHER …] --out=docs/results \\
+        [--verdicts=docs/results/theory/verdicts.json …] [--no-curves]
 
-Reads every workdir below the given folders (a folder with `config.json` and `metrics.jsonl`), takes its last
-`eval/accuracy`, and for each comparison of the catalog (`vit_jax_struct/catalog.py:COMPARISONS`: J1 positional
-attention, J2/J3 permuted patches for ViT/CNN, R3 skip removal, R5 GAP vs CLS, R2/R7 data size) compares the
-treatment arm with the matching baseline arm (same model family, step budget and remaining knobs; accuracies
-averaged over seeds) and states the effect beside the paper's, with a verdict. PNG training curves (train loss, eval
-accuracy, few-shot accuracy vs step) go to `OUT/curves/`, per run and overlaid per comparison.
+Reads every workdir below the given folders (a folder with `config.json` and `metrics.jsonl`, e.g. a sweep root, or
+its archive of small files under `docs/results/runs/`), takes its last `eval/accuracy`, and:
+
+- drops *smoke* runs (their step budget is not one of the comparison's declared budgets, `catalog.COMPARISONS`) and
+  unfinished ones from every judgement, and counts runs whose training configs are equal (`stats.training_key`) once;
+  both are listed, and printed as warnings;
+- for each accuracy comparison of the catalog (J1 positional attention, J2 permuted patches and its positive control,
+  J3 CNNs, R3 skip removal, R5 GAP accuracy) compares the treatment arm with the baseline arm of the same family,
+  dataset, model and step budget: Δ in points with Welch's 95 % interval and its degrees of freedom
+  (`vit_jax_struct/stats.py`), n per arm, and the status against the paper (`stats.status`, the margins and
+  directions of `catalog.JUDGEMENTS`);
+- adds the verdicts of result files (`--verdicts`, JSON lists written by the theory study and the run analyses:
+  per-seed values, judged the same way);
+- writes `OUT/scoreboard.md`, `OUT/runs.csv`, `OUT/verdicts.json` (every verdict, read by the catalog page) and PNG
+  training curves in `OUT/curves/` (per run and overlaid per comparison).
 """
 
 from __future__ import annotations
@@ -17,14 +27,13 @@ import csv
 import io
 import json
 import re
-import statistics
 import sys
 
-from vit_jax_struct import catalog, storage
+from vit_jax_struct import catalog, stats, storage
 from vit_jax_struct.train import metrics
 
-COLUMNS = ("run", "model", "attention", "classifier", "skip_ablation", "permute_patches", "train_fraction", "seed",
-           "steps", "eval/accuracy")
+COLUMNS = ("run", "dataset", "model", "attention", "classifier", "skip_ablation", "permutation", "train_fraction",
+           "seed", "steps", "eval/accuracy", "smoke", "duplicate_of")
 
 
 def _model_name(m: dict) -> str:
@@ -40,8 +49,36 @@ def _model_name(m: dict) -> str:
     return m["name"]
 
 
+def _patch_size(m: dict) -> int | None:
+    variant = m.get("variant") or ""
+    return int(variant.split("/")[1]) if "/" in variant and variant.split("/")[1].isdigit() else None
+
+
+def _permutation(m: dict, d: dict) -> str:
+    """"none"; for a ViT "patch" (blocks of its patch size), "sub-patch" (finer) or "super-patch" (coarser); for a
+    CNN "<k>px" (the block size)."""
+    if not d.get("permute_patches"):
+        return "none"
+    patch = _patch_size(m)
+    grain = int(d.get("permutation_patch_size") or 0) or patch
+    if patch is None or m.get("name", "vit") != "vit":
+        return f"{grain}px"
+    return "patch" if grain == patch else ("sub-patch" if grain < patch else "super-patch")
+
+
+def _dataset(d: dict) -> str:
+    source = d.get("source", "")
+    if source == "folder":
+        return storage.basename(str(d.get("root", "")).rstrip("/")) or "folder"
+    return d.get("name") or source or "?"
+
+
 def read_run(workdir: str) -> dict | None:
-    """Knobs and final metrics of one workdir, or None if it has no evaluation yet."""
+    """Knobs and final metrics of one workdir, or None if it has no evaluation yet.
+
+    Returns a dict with the knobs of `COLUMNS`, "family" (vit / cnn), "total_steps" (declared in its config),
+    "training_key" (`stats.training_key`) and "eval_examples".
+    """
     cfg = json.loads(storage.read_text(storage.join(workdir, "config.json")))
     acc, step = None, 0
     if storage.exists(storage.join(workdir, "metrics.jsonl")):
@@ -52,60 +89,43 @@ def read_run(workdir: str) -> dict | None:
         return None
     m, d = cfg.get("model", {}), cfg.get("data", {})
     return {"run": workdir, "family": "vit" if m.get("name", "vit") == "vit" else "cnn", "model": _model_name(m),
-            "attention": m.get("attention", "standard") if "variant" in m else "-",
+            "dataset": _dataset(d), "attention": m.get("attention", "standard") if "variant" in m else "-",
             "classifier": m.get("classifier", "-"),
-            "skip_ablation": m.get("skip_ablation") or "-", "permute_patches": bool(d.get("permute_patches")),
+            "skip_ablation": m.get("skip_ablation") or "-", "permutation": _permutation(m, d),
             "train_fraction": d.get("train_fraction") or 1.0, "seed": cfg.get("seed", 0), "steps": step,
-            "eval/accuracy": acc}
+            "total_steps": int(cfg.get("total_steps", step)), "eval/accuracy": acc,
+            "training_key": stats.training_key(cfg), "eval_examples": d.get("eval_examples") or 0}
 
 
 def find_runs(roots) -> list[dict]:
     """All evaluated workdirs below `roots`, sorted by path."""
     runs = []
     for root in roots:
-        for d in storage.find_folders_with(root, "config.json", skip=("checkpoints",)):
+        for d in storage.find_folders_with(root, "config.json", skip=("checkpoints", "analysis")):
             r = read_run(d)
             if r:
                 runs.append(r)
     return sorted(runs, key=lambda r: r["run"])
 
 
-BASE = {"attention": "standard", "classifier": "token", "skip_ablation": "-", "permute_patches": False,
+ALL_BUDGETS = tuple(sorted({b for c in catalog.COMPARISONS for b in c.budgets}))
+
+
+def mark(runs: list[dict]) -> list[dict]:
+    """Sets "smoke" (budget not declared, or the run stopped before its `total_steps`) and "duplicate_of" (the run
+    with the same training config that is kept; `stats.dedupe_runs`) on every run; returns the runs."""
+    for r in runs:
+        r["smoke"] = stats.is_smoke(r["steps"], ALL_BUDGETS) or r["steps"] < r.get("total_steps", r["steps"])
+        r["duplicate_of"] = ""
+    _, dropped = stats.dedupe_runs(runs)
+    by = dict(dropped)
+    for r in runs:
+        r["duplicate_of"] = by.get(r["run"], "")
+    return runs
+
+
+BASE = {"attention": "standard", "classifier": "token", "skip_ablation": "-", "permutation": "none",
         "train_fraction": 1.0}
-
-# id, what, family, treatment knobs, the paper's finding, verdict rule on Δ (points): from the catalog
-# (vit_jax_struct/catalog.py: COMPARISONS, and the rows' numbers for "paper says").
-CATALOG = [(c.id, c.what, c.family, c.knobs, catalog.paper_says(c.rows), c.rule) for c in catalog.COMPARISONS]
-
-
-# The verdict rule, one for every row: an effect is a difference of the arms' mean accuracies |Δ| greater than twice
-# the seed spread s, the pooled sample standard deviation of single runs over seeds (both arms; Welford-free: the
-# pooled variance Σ(n_i − 1)s_i² / Σ(n_i − 1)). A row with one seed per arm has no spread and is not judged.
-VERDICT_RULE = ("effect = |Δ| > 2·s, s = pooled sample s.d. of single runs over seeds (both arms); "
-                "one seed per arm: not judged")
-
-
-def seed_spread(*arms) -> float | None:
-    """Pooled sample standard deviation (accuracy units) of the arms' per-seed accuracies; None if no arm has two
-    seeds."""
-    dof = sum(len(a) - 1 for a in arms if len(a) > 1)
-    if not dof:
-        return None
-    return (sum((len(a) - 1) * statistics.variance(a) for a in arms if len(a) > 1) / dof) ** 0.5
-
-
-def verdict(delta_points: float, spread_points: float | None, rule: str) -> str:
-    """The verdict of `VERDICT_RULE` for a Δ and seed spread (points); `rule` is what the paper expects:
-    "small" (no clear effect), "negative" (the treatment lowers the measure) or "positive" (it raises it)."""
-    if spread_points is None:
-        return "not judged (one seed per arm)"
-    if abs(delta_points) <= 2 * spread_points:
-        return "no effect beyond seed noise" + (" (as the paper)" if rule == "small" else "")
-    if rule == "small":
-        return f"differs ({delta_points:+.1f} points; the paper sees none)"
-    if rule == "positive":
-        return "same direction" if delta_points > 0 else "opposite direction"
-    return "same direction" if delta_points < 0 else "opposite direction"
 
 
 def _matches(run, knobs) -> bool:
@@ -123,108 +143,91 @@ def _matches(run, knobs) -> bool:
     return True
 
 
-def comparison_cells(r: dict) -> str:
-    """`baseline | treatment | Δ | 2·s` table cells of a `compare` row (accuracies as `format_accuracy`)."""
-    two_s = "—" if r["spread_points"] is None else f"{2 * r['spread_points']:.1f}"
-    return (f"{format_accuracy(r['baseline'], r['sd_baseline'], r['n_baseline'])} | "
-            f"{format_accuracy(r['treatment'], r['sd_treatment'], r['n_treatment'])} | "
-            f"{r['delta_points']:+.1f} | {two_s}")
-
-
-def format_accuracy(mean: float, sd: float | None, n: int) -> str:
-    """`0.5600 ± 0.0040 (n=2)` (no ± for one seed)."""
-    return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "") + f" (n={n})"
-
-
-def _mean(xs):
-    return statistics.mean(xs) if xs else None
+def judge(key: str, effect: stats.Effect | None) -> tuple[str, str]:
+    """`stats.status` of an effect under the catalog's judgement `key` (direction, margin)."""
+    j = catalog.JUDGEMENTS[key]
+    return stats.status(effect, j.expect, j.margin)
 
 
 def compare(runs) -> list[dict]:
-    """One row per catalog entry with both arms present: accuracies (mean over seeds), Δ in points, verdict."""
+    """The accuracy verdicts: one per catalog comparison, dataset, model, treatment group and step budget with both
+    arms present (smoke and duplicate runs left out). Each: id, key (of `catalog.JUDGEMENTS`), comparison (label),
+    models, runs, values (per arm, points), effect (`stats.Effect`, points), status, reason."""
+    judged = [r for r in runs if not r.get("smoke") and not r.get("duplicate_of")]
     rows = []
-    for rid, what, family, knobs, paper, rule in CATALOG:
-        fam = [r for r in runs if r["family"] == family]
-        models = sorted({r["model"] for r in fam if _matches(r, knobs)})
-        for model in models:  # one comparison per model of the family (e.g. ResNet-18 and VGG-19 for J3)
-            rows += _compare_model([r for r in fam if r["model"] == model], rid, what, knobs, paper, rule,
-                                   f" [{model}]" if len(models) > 1 else "")
+    for c in catalog.COMPARISONS:
+        fam = [r for r in judged if r["family"] == c.family and r["steps"] in c.budgets]
+        cells = sorted({(r["dataset"], r["model"], r["steps"]) for r in fam if _matches(r, c.knobs)})
+        many_models = len({m for _, m, _ in cells}) > 1
+        for dataset, model, steps in cells:
+            arm = [r for r in fam if (r["dataset"], r["model"], r["steps"]) == (dataset, model, steps)]
+            base = [r for r in arm if _matches(r, {})]
+            treat = [r for r in arm if _matches(r, c.knobs)]
+            wild = [k for k, v in c.knobs.items() if v == "*"]
+            for g in sorted({tuple(r[k] for k in wild) for r in treat}):
+                t = [r for r in treat if tuple(r[k] for k in wild) == g]
+                if not base or not t:
+                    continue
+                vt, vb = [100 * r["eval/accuracy"] for r in t], [100 * r["eval/accuracy"] for r in base]
+                effect = stats.welch(vt, vb)
+                status, reason = judge(c.verdict, effect)
+                label = c.what + (f" [{model}]" if many_models else "") + \
+                    (f" [{', '.join(map(str, g))}]" if g else "") + f", {dataset}, {steps} steps"
+                rows.append({"id": c.id, "key": c.verdict, "row": catalog.JUDGEMENTS[c.verdict].row,
+                             "comparison": label, "models": model, "runs": [r["run"] for r in base + t],
+                             "baseline": vb, "treatment": vt, "effect": effect, "status": status,
+                             "reason": reason, "source": "runs.csv"})
     return rows
 
 
-def _compare_model(fam, rid, what, knobs, paper, rule, model_label) -> list[dict]:
-    """The rows of one comparison among the runs `fam` of one model (per group and shared step budget)."""
-    rows = []
-    base = [r for r in fam if _matches(r, {})]
-    treat = [r for r in fam if _matches(r, knobs)]
-    if not base or not treat:
-        return rows
-    groups = sorted({(r["train_fraction"], r["skip_ablation"]) for r in treat}) if knobs.get(
-        "train_fraction") == "<1" or knobs.get("skip_ablation") == "*" else [None]
-    budgets = sorted({r["steps"] for r in base} & {r["steps"] for r in treat})  # same step budget both sides
-    for g, steps in [(g, s) for g in groups for s in budgets]:
-        t = [r for r in treat if (g is None or (r["train_fraction"], r["skip_ablation"]) == g)
-             and r["steps"] == steps]
-        b = [r for r in base if r["steps"] == steps]
-        if not t or not b:
-            continue
-        accs_b, accs_t = [r["eval/accuracy"] for r in b], [r["eval/accuracy"] for r in t]
-        acc_b, acc_t = _mean(accs_b), _mean(accs_t)
-        delta = 100 * (acc_t - acc_b)
-        spread = seed_spread(accs_b, accs_t)
-        spread_points = None if spread is None else 100 * spread
-        label = what + model_label if g is None else \
-            f"{what}{model_label} [{'fraction ' + str(g[0]) if g[0] < 1 else 'skip ' + g[1]}]"
-        if len(budgets) > 1:
-            label += f" at {steps} steps"
-        rows.append({"id": rid, "comparison": label, "runs": [r["run"] for r in b + t], "baseline": acc_b,
-                     "n_baseline": len(b), "treatment": acc_t,
-                     "n_treatment": len(t), "delta_points": delta, "paper": paper,
-                     "sd_baseline": statistics.stdev(accs_b) if len(b) > 1 else None,
-                     "sd_treatment": statistics.stdev(accs_t) if len(t) > 1 else None,
-                     "spread_points": spread_points, "verdict": verdict(delta, spread_points, rule),
-                     "models": ", ".join(sorted({r["model"] for r in t}))})
-    return rows
+def verdicts_from_file(path: str) -> list[dict]:
+    """Verdicts of a result file: a JSON list of `{"key", "comparison", "treatment": [per seed], "baseline": [per
+    seed] | null, "null": number | null, "method": "welch" | "one-sample" | "bootstrap", "runs": [...]}`, judged
+    with `catalog.JUDGEMENTS[key]`.
+
+    Raises:
+      ValueError: an unknown key or method.
+    """
+    out = []
+    for v in json.loads(storage.read_text(path)):
+        if v["key"] not in catalog.JUDGEMENTS:
+            raise ValueError(f"{path}: verdict key {v['key']!r} is not one of {sorted(catalog.JUDGEMENTS)}")
+        method = v.get("method", "welch")
+        if method == "welch":
+            effect = stats.welch(v["treatment"], v["baseline"])
+        elif method == "one-sample":
+            effect = stats.one_sample(v["treatment"], v.get("null") or 0.0)
+        elif method == "bootstrap":
+            effect = stats.bootstrap(v["treatment"], v["baseline"])
+        else:
+            raise ValueError(f"{path}: method {method!r} is not one of welch, one-sample, bootstrap")
+        status, reason = judge(v["key"], effect)
+        out.append({"id": v["key"], "key": v["key"], "row": catalog.JUDGEMENTS[v["key"]].row,
+                    "comparison": v["comparison"], "models": v.get("models", ""), "runs": v.get("runs", []),
+                    "baseline": v.get("baseline") or [], "treatment": v["treatment"], "effect": effect,
+                    "status": status, "reason": reason, "source": path, "note": v.get("note", "")})
+    return out
 
 
-# Rows of the data-size study (vit_jax_struct/analysis/datasize.py: datasize.json) on the scoreboard: catalog id,
-# measure, how to read it from one seed's record, unit, rule (what the paper expects of the subset vs all data).
-DATASIZE_MEASURES = (
-    ("R2", "mean attention distance of the early blocks", lambda x: x["early_mean_distance_px"], "px", "positive"),
-    ("R6", "10-shot digits accuracy (pre-logits ridge probe; digits never seen in pretraining)",
-     lambda x: x["fewshot"].get("digits_10shot"), "points", "negative"),
-    ("R7", "CKA of the last block with the full-data model's (baseline: two full-data seeds)",
-     lambda x: list(x["cka_to_reference"].values())[-1] if x["cka_to_reference"] else None, "points",
-     "negative"),
-)
+def _arm(values, unit: str) -> str:
+    if not values:
+        return "—"
+    digits = 1 if unit == "points" else 3
+    mean = sum(values) / len(values)
+    sd = stats._sd(values)
+    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "") + f" (n={len(values)})"
 
 
-def datasize_rows(summary: dict) -> list[dict]:
-    """Scoreboard rows of a data-size study (`datasize.json`): each measure of `DATASIZE_MEASURES`, every subset
-    fraction against all data, with the same verdict rule as the accuracy rows (|Δ| > 2 × pooled seed s.d.)."""
-    by = {f["fraction"]: f["seeds"] for f in summary.get("fractions", [])}
-    if 1.0 not in by:
-        return []
-    rows = []
-    for rid, what, get, unit, rule in DATASIZE_MEASURES:
-        scale = 100.0 if unit == "points" else 1.0
-        base = [scale * v for v in map(get, by[1.0]) if v is not None]
-        for frac in sorted(f for f in by if f < 1.0):
-            treat = [scale * v for v in map(get, by[frac]) if v is not None]
-            if not base or not treat:
-                continue
-            delta = statistics.mean(treat) - statistics.mean(base)
-            spread = seed_spread(base, treat)
-            rows.append({"id": rid, "measure": what, "fraction": frac, "unit": unit, "baseline": base,
-                         "treatment": treat, "delta": delta, "spread": spread,
-                         "paper": catalog.paper_says([rid]), "verdict": verdict(delta, spread, rule)})
-    return rows
-
-
-def _values(xs, unit) -> str:
-    digits = 2 if unit == "px" else 1
-    m = statistics.mean(xs)
-    return f"{m:.{digits}f}" + (f" ± {statistics.stdev(xs):.{digits}f}" if len(xs) > 1 else "") + f" (n={len(xs)})"
+def verdict_cells(v: dict) -> tuple[str, str, str, str, str]:
+    """`(metric and what Δ is, baseline, treatment, Δ [95 % CI, method, df], status (reason))` table cells."""
+    j = catalog.JUDGEMENTS[v["key"]]
+    e = v["effect"]
+    digits = 1 if j.unit == "points" else 3
+    delta = "—" if e is None else f"{e.delta:+.{digits}f} {e.interval(digits)}"
+    base = _arm(v["baseline"], j.unit) if v["baseline"] else (
+        f"null {e.mean_baseline:.{digits}f}" if e is not None else "—")
+    return (f"{j.metric}; Δ = {j.delta} ({j.unit})", base, _arm(v["treatment"], j.unit), delta,
+            f"**{v['status']}** ({v['reason']})")
 
 
 def _slug(text: str) -> str:
@@ -246,7 +249,7 @@ def write_curves(runs, rows, out: str) -> dict:
     for r in runs:
         name = storage.basename(r["run"])
         path = storage.join(folder, f"{_slug(name)}.png")
-        plots.training_curves({name: records[r["run"]]}, path, f"{name} ({r['model']})")
+        plots.training_curves({name: records[r["run"]]}, path, f"{name} ({r['model']}, {r['dataset']})")
         written["runs"].append(path)
     for row in rows:
         arms = {storage.basename(w): records[w] for w in row["runs"] if w in records}
@@ -256,10 +259,15 @@ def write_curves(runs, rows, out: str) -> dict:
     return written
 
 
-def write(runs, rows, out: str, commands: str = "", curves: dict | None = None,
-          datasize: dict | None = None) -> tuple[str, str]:
-    """Writes `out/scoreboard.md` and `out/runs.csv` (with links to `curves`, from `write_curves`, and the rows of
-    a data-size study `datasize`, a `datasize.json` dict); returns their paths."""
+def verdicts_json(rows: list[dict]) -> list[dict]:
+    """The verdicts as JSON-able dicts (the effect as a dict), for `OUT/verdicts.json` and the catalog page."""
+    return [{**{k: v for k, v in r.items() if k != "effect"},
+             "effect": None if r["effect"] is None else r["effect"].to_json()} for r in rows]
+
+
+def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) -> tuple[str, str]:
+    """Writes `out/scoreboard.md`, `out/runs.csv` and `out/verdicts.json` (with links to `curves`, from
+    `write_curves`); returns the paths of the first two."""
     storage.makedirs(out)
     csv_path, md_path = storage.join(out, "runs.csv"), storage.join(out, "scoreboard.md")
     buf = io.StringIO(newline="")
@@ -267,28 +275,30 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None,
     w.writeheader()
     w.writerows(runs)
     storage.write_text(csv_path, buf.getvalue())
+    storage.write_text(storage.join(out, "verdicts.json"), json.dumps(verdicts_json(rows), indent=1))
+    smoke = [r for r in runs if r.get("smoke")]
+    dups = [r for r in runs if r.get("duplicate_of")]
     lines = ["# Scoreboard", ""]
     if commands:
         lines += ["Produced by:", "", "```", commands.strip(), "```", ""]
-    lines += ["## Catalog rows", "",
-              f"Accuracies: mean ± sample s.d. over seeds (n seeds). Verdict rule, for every row: {VERDICT_RULE}.", "",
-              "| id | comparison | model | baseline acc | treatment acc | Δ (points) | 2·s (points) | paper says "
-              "| verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["## Verdicts", "",
+              f"Each verdict: the metric of the paper's claim, the arms as mean ± sample s.d. (n seeds), Δ with its "
+              f"95 % interval (method and degrees of freedom), and the status: **reproduced** (the interval excludes "
+              f"0 in the paper's direction, or lies inside the equivalence margin of a no-effect claim), "
+              f"**contradicts** (it excludes 0 the other way, or lies wholly outside the margin), **inconclusive** "
+              f"(neither, or fewer than {stats.MIN_SEEDS} seeds per arm), **not run**. Directions, margins and "
+              f"maximum seeds are fixed in `vit_jax_struct/catalog.py` (`JUDGEMENTS`) before the runs; the statistics "
+              f"are `vit_jax_struct/stats.py`.", ""]
+    if smoke or dups:
+        lines += [f"**Not judged**: {len(smoke)} smoke or unfinished run(s) (a step budget other than the declared "
+                  f"{', '.join(map(str, ALL_BUDGETS))}), {len(dups)} run(s) whose training config equals another's "
+                  "(counted once); see the `smoke` and `duplicate_of` columns below.", ""]
+    lines += ["| id | comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | paper says | status |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['id']} | {r['comparison']} | {r['models']} | {comparison_cells(r)} | {r['paper']} | "
-                     f"{r['verdict']} |")
-    ds_rows = datasize_rows(datasize) if datasize else []
-    if ds_rows:
-        lines += ["", "## Data size beyond accuracy (R2, R6, R7)", "",
-                  "From the data-size study ([datasize/README.md](datasize/README.md), "
-                  "`python -m vit_jax_struct.analysis.datasize`): each subset against all data, same verdict rule.",
-                  "", "| id | measure | train fraction | all data | subset | Δ | 2·s | paper says | verdict |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in ds_rows:
-            two_s = "—" if r["spread"] is None else f"{2 * r['spread']:.2f} {r['unit']}"
-            lines.append(f"| {r['id']} | {r['measure']} | {r['fraction']:g} | {_values(r['baseline'], r['unit'])} | "
-                         f"{_values(r['treatment'], r['unit'])} | {r['delta']:+.2f} {r['unit']} | {two_s} | "
-                         f"{r['paper']} | {r['verdict']} |")
+        metric, base, treat, delta, status = verdict_cells(r)
+        lines.append(f"| {r['id']} | {r['comparison']} | {metric} | {base} | {treat} | {delta} | "
+                     f"{catalog.paper_says([r['row']])} | {status} |")
     if curves and curves.get("comparisons"):
         lines += ["", "## Training curves", "", "Train loss, eval accuracy and few-shot accuracy vs step, the arms of "
                   "each comparison overlaid (one file per run beside them in `curves/`):", ""]
@@ -297,35 +307,84 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None,
     lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in runs:
         vals = [storage.basename(r["run"]) if k == "run" else
-                (f"{r[k]:.4f}" if k == "eval/accuracy" else str(r[k])) for k in COLUMNS]
+                (f"{r[k]:.4f}" if k == "eval/accuracy" else
+                 storage.basename(str(r[k])) if k == "duplicate_of" else str(r[k])) for k in COLUMNS]
         lines.append("| " + " | ".join(vals) + " |")
     storage.write_text(md_path, "\n".join(lines) + "\n")
     return md_path, csv_path
 
 
+# The small files of a run that the scoreboard and the catalog read (checkpoints stay behind).
+ARCHIVED = ("config.json", "metrics.jsonl", "final_metrics.json", "permutation.json")
+
+
+def archive(roots, dest: str) -> list[str]:
+    """Copies the small files of every run below `roots` (`ARCHIVED`, and `analysis/*.json|*.png|*.md`) to
+    `dest/<run name>/`, so a sweep's numbers and figures can be regenerated without its checkpoints (e.g. from
+    `docs/results/runs/`). Returns the archived run folders.
+
+    Raises:
+      ValueError: two runs of the same name below `roots`.
+    """
+    done = {}
+    for root in roots:
+        for d in storage.find_folders_with(root, "config.json", skip=("checkpoints", "analysis")):
+            name = storage.basename(d)
+            if name in done:
+                raise ValueError(f"two runs named {name!r} ({done[name]} and {d}): archive them to separate folders")
+            done[name] = d
+            out = storage.join(dest, name)
+            storage.makedirs(out)
+            for f in ARCHIVED:
+                if storage.exists(storage.join(d, f)):
+                    storage.write_bytes(storage.join(out, f), storage.read_bytes(storage.join(d, f)))
+            adir = storage.join(d, "analysis")
+            if storage.isdir(adir):
+                storage.makedirs(storage.join(out, "analysis"))
+                for f in storage.listdir(adir):
+                    if f.endswith((".json", ".png", ".md")):
+                        storage.write_bytes(storage.join(out, "analysis", f), storage.read_bytes(storage.join(adir, f)))
+    return [storage.join(dest, n) for n in sorted(done)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", action="append", required=True, help="folder(s) holding workdirs (repeatable)")
-    ap.add_argument("--out", default="docs/results", help="where scoreboard.md and runs.csv go")
+    ap.add_argument("--out", default="docs/results", help="where scoreboard.md, runs.csv and verdicts.json go")
     ap.add_argument("--commands", default="", help="text file with the commands that produced the runs")
-    ap.add_argument("--datasize", default="",
-                    help="datasize.json of a data-size study (default: OUT/datasize/datasize.json if it exists)")
+    ap.add_argument("--verdicts", action="append", default=[],
+                    help="a result file of per-seed verdict values (JSON list; repeatable), e.g. the theory study's")
+    ap.add_argument("--archive", default="",
+                    help="first copy the runs' small files (no checkpoints) here, then read the runs from it")
     ap.add_argument("--curves", action=argparse.BooleanOptionalAction, default=True,
                     help="write PNG training curves to OUT/curves/ (per run and per comparison)")
     args = ap.parse_args(argv)
-    runs = find_runs(args.runs)
+    for path in args.verdicts:
+        if not storage.exists(path):
+            print(f"error: --verdicts {path} does not exist", file=sys.stderr)
+            return 2
+    roots = args.runs
+    if args.archive:
+        archive(roots, args.archive)
+        roots = [args.archive]
+    runs = mark(find_runs(roots))
     if not runs:
-        print(f"no evaluated runs below {args.runs}", file=sys.stderr)
+        print(f"error: no evaluated runs below {args.runs}", file=sys.stderr)
         return 1
-    cmds = ""
-    if args.commands:
-        cmds = storage.read_text(args.commands)
+    for r in runs:
+        if r["smoke"]:
+            print(f"warning: {r['run']}: smoke run ({r['steps']} of {r['total_steps']} steps; declared budgets "
+                  f"{ALL_BUDGETS}): not judged", file=sys.stderr)
+        if r["duplicate_of"]:
+            print(f"warning: {r['run']}: same training config as {r['duplicate_of']}: counted once",
+                  file=sys.stderr)
+    cmds = storage.read_text(args.commands) if args.commands else ""
     rows = compare(runs)
-    curves = write_curves(runs, rows, args.out) if args.curves else None
-    ds_path = args.datasize or storage.join(args.out, "datasize", "datasize.json")
-    datasize = json.loads(storage.read_text(ds_path)) if storage.exists(ds_path) else None
-    md, csv_path = write(runs, rows, args.out, cmds, curves, datasize)
-    print(f"{len(runs)} runs -> {md}, {csv_path}")
+    for path in args.verdicts:
+        rows += verdicts_from_file(path)
+    curves = write_curves(runs, [r for r in rows if r["source"] == "runs.csv"], args.out) if args.curves else None
+    md, csv_path = write(runs, rows, args.out, cmds, curves)
+    print(f"{len(runs)} runs, {len(rows)} verdicts -> {md}, {csv_path}")
     return 0
 
 

@@ -83,3 +83,55 @@ def test_identity_q_init_starts_self_attending():
     assert abs(float(jnp.mean(jnp.diag(g["Q"])))) < 0.5
     with pytest.raises(ValueError, match=r"q_init 'zeros' is not one of"):
         model.init_params(jax.random.key(0), 16, 8, 0.1, 0.1, q_init="zeros")
+
+
+def test_study_sampler_follows_the_data_definition():
+    """The jax sampler of the multi-seed study draws the same distribution as `data.sample` (Def. 2.1)."""
+    from vit_jax_struct.theory import study
+
+    ids = jnp.asarray(study.set_ids(data.make_partition(16, 4)))
+    w = jnp.asarray(data.unit_vector(8, 0))
+    x, y = study.sample(jax.random.key(0), 2000, ids, w, alpha=1.0, q=0.5, sigma=0.1)
+    coef = np.asarray(x @ w)
+    assert x.shape == (2000, 16, 8) and set(np.unique(np.asarray(y))) == {-1.0, 1.0}
+    # Exactly one set carries y on all its C = 4 positions; elsewhere ±1 with probability q/2 each, else 0.
+    agree = np.stack([(np.round(coef[:, np.asarray(ids) == s], 4) == np.asarray(y)[:, None]).all(1)
+                      for s in range(4)], 1)
+    assert agree.any(1).all()
+    signal_pos = agree[:, np.asarray(ids)]  # [n, D]: the position belongs to a set that carries y
+    noise = np.round(coef, 4)[~signal_pos]
+    assert set(np.unique(noise)) <= {-1.0, 0.0, 1.0} and abs(np.mean(noise != 0) - 0.5) < 0.03
+    resid = np.asarray(x) - coef[..., None] * np.asarray(w)
+    np.testing.assert_allclose(resid @ np.asarray(w), 0.0, atol=1e-5)  # noise orthogonal to w*
+    assert abs(resid.std() - 0.1 * np.sqrt(7 / 8)) < 0.005
+    # Without structure the signal set differs between examples.
+    x2, y2 = study.sample(jax.random.key(1), 200, ids, w, structured=False)
+    c2 = np.round(np.asarray(x2 @ w), 4) == np.asarray(y2)[:, None]
+    assert len({tuple(r) for r in c2}) > 100
+
+
+def test_own_set_mass_is_one_for_block_attention_and_chance_for_uniform():
+    from vit_jax_struct.theory import study
+
+    part = data.make_partition(16, 4)
+    ids = jnp.asarray(study.set_ids(part))
+    assert float(study.own_set_mass(model.attention(jnp.asarray(model.ideal_logits(part, 50.0))), ids)) == \
+        pytest.approx(1.0, abs=1e-6)
+    assert float(study.own_set_mass(jnp.full((16, 16), 1 / 16), ids)) == pytest.approx(0.25)
+
+
+def test_symmetric_logits_have_a_zero_diagonal_and_are_symmetric():
+    q = jax.random.normal(jax.random.key(0), (5, 5))
+    a = np.asarray(model.logits(q, "symmetric"))
+    np.testing.assert_array_equal(a, a.T)
+    np.testing.assert_array_equal(np.diag(a), 0.0)
+    np.testing.assert_array_equal(np.triu(a, 1), np.triu(np.asarray(q), 1))
+    with pytest.raises(ValueError, match="parametrization 'x'"):
+        model.logits(q, "x")
+
+
+def test_samples_to_target_takes_the_first_n_from_which_the_error_stays_below():
+    from vit_jax_struct.theory import study
+
+    errs = [[0.5, 0.5], [0.01, 0.5], [0.03, 0.4], [0.01, 0.3]]  # [n, seeds]
+    assert study.samples_to_target(errs, [8, 16, 32, 64], 0.02) == [6.0, 7.0]  # 64; never → 2 · 64

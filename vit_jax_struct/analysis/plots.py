@@ -21,8 +21,9 @@ def _save(fig, path):
     plt.close(fig)
 
 
-def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0):
-    """Layer × layer matrix `[len(rows), len(cols)]` with layer names on both axes.
+def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0, ylabel="layer", xlabel="layer"):
+    """Layer × layer matrix `[len(rows), len(cols)]` with layer names on both axes, each axis named by `ylabel` /
+    `xlabel` (e.g. "layer of <model>").
 
     The title is a figure title wrapped to the figure's width (a long cross-model title is never cut off).
     """
@@ -31,10 +32,11 @@ def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0):
     im = ax.imshow(np.asarray(m), origin="lower", vmin=vmin, vmax=vmax, cmap="magma")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("layer")
-    fig.suptitle(textwrap.fill(title, width=int(width * 10)), fontsize=9)
-    fig.colorbar(im, ax=ax, label="linear CKA (1: same up to rotation/scale, 0: unrelated)")
+    ax.set_xlabel(textwrap.fill(xlabel, int(width * 9)), fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    fig.suptitle(textwrap.fill(title + " (linear CKA: 1 = same up to rotation and scale, 0 = unrelated)",
+                               width=int(width * 10)), fontsize=9)
+    fig.colorbar(im, ax=ax, label="linear CKA", shrink=0.9)
     storage.savefig(fig, path, dpi=110)
     plt.close(fig)
 
@@ -163,8 +165,11 @@ def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label):
 
 
 def posemb_similarity(s, grid, path, title):
-    """One map per position: its cosine similarity with every position, on the patch grid."""
-    _map_grid(s, grid, path, title, "RdBu_r", -1.0, 1.0, "cosine similarity (+1: same direction, −1: opposite)")
+    """One map per position: its cosine similarity with every position, on the patch grid. The title states the
+    sign convention of the locality score (Spearman ρ of similarity vs grid distance: negative = local)."""
+    _map_grid(s, grid, path, textwrap.fill(title + " (locality = Spearman ρ of similarity vs grid distance; "
+                                           "negative = nearby positions more similar = local)", 70),
+              "RdBu_r", -1.0, 1.0, "cosine similarity")
 
 
 def localization(m, grid, path, title):
@@ -234,36 +239,44 @@ def fewshot_keys(records) -> list[str]:
 
 
 def training_curves(runs: dict, path, title: str):
-    """Train loss, eval accuracy and few-shot accuracy vs step, one panel each, one line per run.
+    """Train loss, eval accuracy and few-shot accuracy vs step, one panel each, one colour per run.
 
     `runs`: `{label: metrics records}` (`train/metrics.py:read_metrics`): one run gives its own curves, several
-    overlay them (a comparison's arms). Few-shot lines are styled by k (`fewshot/<name>_<k>shot`).
+    overlay them (a comparison's arms). The few-shot panel shows the 10-shot probes (all k when there is no 10-shot
+    key), one line style per few-shot dataset; the run legend sits outside the panels, right of the figure.
 
     Raises:
       ValueError: `runs` is empty.
     """
     if not runs:
         raise ValueError("training_curves needs at least one run")
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8), layout="constrained")
     styles = ("-", "--", "-.", ":")
     colors = plt.get_cmap("tab10")(np.arange(len(runs)) % 10)
+    datasets: dict = {}
+    handles = []
     for (label, records), color in zip(runs.items(), colors, strict=True):
         for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
             x, y = _series(records, key)
             if len(x):
                 ax.plot(x, y, color=color, marker="o" if len(x) < 20 else None, ms=3, label=label)
-        for j, key in enumerate(fewshot_keys(records)):
+        handles.append(plt.Line2D([], [], color=color, label=label))
+        keys = fewshot_keys(records)
+        keys = [k for k in keys if k.endswith("_10shot")] or keys
+        for key in keys:
             x, y = _series(records, key)
             short = key[len("fewshot/"):]
-            axes[2].plot(x, y, styles[j % len(styles)], color=color, marker="o", ms=3,
-                         label=short if len(runs) == 1 else f"{label}: {short}")
+            style = datasets.setdefault(short, styles[len(datasets) % len(styles)])
+            axes[2].plot(x, y, style, color=color, marker="o", ms=3)
     for ax, (key, name) in zip(axes, CURVE_PANELS, strict=True):
         ax.set_xlabel("step")
         ax.set_ylabel(name)
-        if ax.lines:
-            ax.legend(fontsize=6)
-        else:
+        if not ax.lines:
             ax.text(0.5, 0.5, f"no {key.rstrip('/')} metrics", ha="center", va="center", transform=ax.transAxes)
+    if datasets:
+        axes[2].legend([plt.Line2D([], [], color="k", ls=st) for st in datasets.values()], list(datasets),
+                       fontsize=7, title="few-shot probe", title_fontsize=7)
+    fig.legend(handles=handles, loc="outside right upper", fontsize=7, title="run", title_fontsize=7)
     fig.suptitle(textwrap.fill(title, 150), fontsize=9)
     storage.savefig(fig, path, dpi=110)
     plt.close(fig)

@@ -48,3 +48,12 @@ def locality_score(p, grid: tuple[int, int]) -> float:
     d = grid_distances(grid)
     iu = np.triu_indices(len(s), k=1)
     return float(spearmanr(s[iu], d[iu]).statistic)
+
+
+def locality_null(p, grid: tuple[int, int], num: int = 200, seed: int = 0) -> dict:
+    """The locality score of `p` `[N, D]` under `num` random re-indexings of its rows: what a posemb with the same
+    similarity values but no relation to the grid scores. Returns `{"mean", "sd", "num"}`; a trained posemb is local
+    beyond chance when its score is well below `mean` (negative = local)."""
+    rng = np.random.default_rng(seed)
+    scores = [locality_score(np.asarray(p)[rng.permutation(len(p))], grid) for _ in range(num)]
+    return {"mean": float(np.mean(scores)), "sd": float(np.std(scores, ddof=1)), "num": num}

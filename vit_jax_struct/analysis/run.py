@@ -303,12 +303,14 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
 
     title = storage.basename(workdir)
     results["cka"] = {"layers": layer_names, "matrix": within.result().tolist()}
-    plots.heatmap(within.result(), layer_names, layer_names, f"CKA within {title}", storage.join(out_dir, "cka.png"))
+    plots.heatmap(within.result(), layer_names, layer_names, f"CKA within {title}", storage.join(out_dir, "cka.png"),
+                  ylabel=f"layer of {title}", xlabel=f"layer of {title}")
     if other is not None:
         results["cka_across"] = {"other": other[3], "layers": layer_names, "other_layers": other_names,
                                  "matrix": across.result().tolist()}
         plots.heatmap(across.result(), layer_names, other_names, f"CKA: {title} vs {other[0]}",
-                      storage.join(out_dir, f"cka_vs_{other[0]}.png"))
+                      storage.join(out_dir, f"cka_vs_{other[0]}.png"), ylabel=f"layer of {title}",
+                      xlabel=f"layer of {other[0]}")
     if is_vit:
         d = dist.result()
         results["attention_distance_pixels"] = {k: v.tolist() for k, v in d.items()}
@@ -328,7 +330,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
                 pe = posemb.reindex(pe, perm["inverse"])
             results["posemb"] = {"locality_spearman": posemb.locality_score(pe, grid),
                                  "locality_spearman_token_order": raw_score, "reindexed_by_inverse_permutation":
-                                 perm is not None}
+                                 perm is not None, "locality_null": posemb.locality_null(pe, grid)}
             plots.posemb_similarity(posemb.cosine_similarity(pe), grid, storage.join(out_dir, "posemb_similarity.png"),
                                     f"posemb cosine similarity{' (π⁻¹ re-indexed)' if perm is not None else ''}; "
                                     f"locality {results['posemb']['locality_spearman']:.2f}")

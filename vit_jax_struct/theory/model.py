@@ -3,7 +3,10 @@
     f(X) = Σ_i σ( Σ_j softmax_j(p_iᵀ Q p_j) ⟨v, X_j⟩ )
 
 The positional encodings p_i are fixed and orthonormal, so `p_iᵀ Q p_j` ranges over all D×D matrices: we take
-p_i = e_i and learn the attention logits `Q` `[D, D]` directly (row i = query position i). `v ∈ R^d` is the value
+p_i = e_i and learn the attention logits `Q` `[D, D]` directly (row i = query position i), either as a free matrix
+(`parametrization="free"`) or, as in the paper's model where the logits are the Gram matrix A = PᵀP of learned
+positional encodings trained off the diagonal, as a symmetric matrix with a fixed zero diagonal
+(`"symmetric"`: A = U + Uᵀ, U the strict upper triangle of `Q`). `v ∈ R^d` is the value
 vector. σ is a polynomial activation, cubic by default (the paper's choice of a polynomial σ; `"cubic"`: z³,
 `"cubic_linear"`: z + z³, `"linear"`: z). Training minimises the logistic loss `log(1 + exp(−y f(X)))` by full-batch
 gradient descent.
@@ -47,28 +50,47 @@ def init_params(key, num_patches: int, dim: int, q_init_std: float, v_init_std: 
     return {"Q": q, "v": v_init_std * jax.random.normal(kv, (dim,))}
 
 
-def attention(q) -> jnp.ndarray:
-    """Row-wise softmax of the logits `[D, D]`."""
-    return jax.nn.softmax(q, axis=-1)
+PARAMETRIZATIONS = ("free", "symmetric")
 
 
-def forward(params, x, activation: str = "cubic"):
+def logits(q, parametrization: str = "free") -> jnp.ndarray:
+    """The attention logits `[D, D]` of the parameter `q` `[D, D]`: `q` itself ("free"), or the symmetric matrix
+    with zero diagonal built from its strict upper triangle ("symmetric", the paper's A = PᵀP trained off the
+    diagonal).
+
+    Raises:
+      ValueError: unknown parametrization.
+    """
+    if parametrization == "free":
+        return q
+    if parametrization != "symmetric":
+        raise ValueError(f"theory.model.parametrization {parametrization!r} is not one of {PARAMETRIZATIONS}")
+    u = jnp.triu(q, 1)
+    return u + u.T
+
+
+def attention(q, parametrization: str = "free") -> jnp.ndarray:
+    """Row-wise softmax of the logits `[D, D]` (`logits`)."""
+    return jax.nn.softmax(logits(q, parametrization), axis=-1)
+
+
+def forward(params, x, activation: str = "cubic", parametrization: str = "free"):
     """f(X) `[n]` for inputs `[n, D, d]`."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"theory.model.activation {activation!r} is not one of {sorted(ACTIVATIONS)}")
-    s = x @ params["v"]                       # ⟨v, X_j⟩: [n, D]
-    h = s @ attention(params["Q"]).T          # Σ_j A_ij ⟨v, X_j⟩: [n, D]
+    s = x @ params["v"]                                       # ⟨v, X_j⟩: [n, D]
+    h = s @ attention(params["Q"], parametrization).T         # Σ_j A_ij ⟨v, X_j⟩: [n, D]
     return ACTIVATIONS[activation](h).sum(-1)
 
 
-def logistic_loss(params, x, y, activation: str = "cubic"):
+def logistic_loss(params, x, y, activation: str = "cubic", parametrization: str = "free"):
     """Mean of `log(1 + exp(−y f(X)))`."""
-    return jnp.mean(jax.nn.softplus(-y * forward(params, x, activation)))
+    return jnp.mean(jax.nn.softplus(-y * forward(params, x, activation, parametrization)))
 
 
-def test_error(params, x, y, activation: str = "cubic") -> float:
+def test_error(params, x, y, activation: str = "cubic", parametrization: str = "free") -> float:
     """Fraction of examples with `sign f(X) ≠ y` (0 counts as an error)."""
-    return float(jnp.mean(jnp.sign(forward(params, x, activation)) != y))
+    return float(jnp.mean(jnp.sign(forward(params, x, activation, parametrization)) != y))
 
 
 def set_masses(a, partition) -> np.ndarray:

@@ -1,0 +1,54 @@
+"""CIFAR-100 sweep: J2/J3 (original vs permuted patches, with a positive control; Jelassi et al. §6), J1, R3, R5.
+
+    python launch/sweep.py --sweep=configs/sweeps/cifar100_permuted.py --root=runs/cifar100_permuted --run --jobs=2
+    python launch/sweep.py --sweep=configs/sweeps/cifar100_permuted.py --root=… --run --jobs=2 --only=vit_   # ViT arms
+    python -m vit_jax_struct.report --runs=runs/cifar100_permuted --out=docs/results/cifar100
+
+CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Every ViT arm is
+`configs/cifar10_vit.py` (width 128, depth 6, 8-px patches: a 4x4 grid) with 100 classes, `steps` steps (default
+1000 = 2.6 epochs; sized so the 18 ViT runs fit about 1.5 hours on 2 CPU cores, two at a time). Arms, each with seeds
+0 … `seeds`−1 (default and fixed maximum 3, chosen before any result was seen):
+
+- `vit_original`: unpermuted images;
+- `vit_permuted8`: one fixed permutation of the 8-px blocks, the ViT's own patch size. For a ViT whose position
+  embeddings start i.i.d. this is the same learning problem up to a relabelling of positions, so J2's "no effect"
+  is expected by construction;
+- `vit_permuted4`: the **positive control**: 4-px blocks permuted under 8-px patches, which scrambles the pixels
+  inside every patch; the patch embedding (a linear map of a patch) loses its spatial structure, so this should cost
+  the ViT accuracy. If it does not, J2's comparison cannot detect a harmful permutation at this budget.
+- `vit_positional` (J1: positional attention in blocks 0–1), `vit_gap` (R5/R8: GAP classifier), `vit_skip3` (R3/R4:
+  both residuals of block 3 of 6 removed): further catalog rows against the same `vit_original` baseline;
+- `cnn_{resnet18,vgg19}_{original,permuted8}`: J3's CNNs (16 channels in the first stage, `cnn_steps`), 8-px blocks.
+  XLA's CPU convolutions are slow (a thin ResNet-18 takes > 2 s a step here): run them where an accelerator is.
+
+Seed-major order: every completed seed adds one run to each arm.
+Arguments: `steps=N`, `cnn_steps=N`, `cnn_width=N`, `seeds=N`, `root=PATH` (default /tmp/data/cifar100).
+"""
+
+from configs import common
+
+MAX_SEEDS = 3  # the fixed maximum number of seeds per arm, stated before the runs (docs/experiments.md)
+
+
+def get_sweep(arg=None):
+    a = common.parse_arg(arg, steps=1000, cnn_steps=1000, cnn_width=16, seeds=MAX_SEEDS, root="/tmp/data/cifar100")
+    if not 1 <= a.seeds <= MAX_SEEDS:
+        raise ValueError(f"sweep argument seeds={a.seeds} must be 1 … {MAX_SEEDS} (the maximum fixed in advance)")
+    vit = f"configs/cifar10_vit.py:steps={a.steps}"
+    arms = [("vit_original", vit, {}),
+            ("vit_permuted8", vit, {"data.permute_patches": True}),
+            ("vit_permuted4", vit, {"data.permute_patches": True, "data.permutation_patch_size": 4}),
+            # Further rows that share the unpermuted baseline (same data, model and budget): J1, R5/R8, R3/R4.
+            ("vit_positional", vit, {"model.attention": "positional"}),
+            ("vit_gap", vit, {"model.classifier": "gap"}),
+            ("vit_skip3", vit, {"model.skip_ablation": "3:both"})]
+    for model in ("resnet18", "vgg19"):
+        cnn = f"configs/cifar10_vit.py:model={model},steps={a.cnn_steps}"
+        extra = {"model.width": a.cnn_width}
+        arms += [(f"cnn_{model}w{a.cnn_width}_original", cnn, extra),
+                 (f"cnn_{model}w{a.cnn_width}_permuted8", cnn, {**extra, "data.permute_patches": True})]
+    runs = []
+    for seed in range(a.seeds):
+        for name, config, overrides in arms:
+            runs.append({"name": f"{name},seed={seed}", "config": config, "overrides": {"seed": seed, **overrides}})
+    return {"config": vit, "overrides": {"data.root": a.root, "data.num_classes": 100}, "runs": runs}

@@ -1,0 +1,162 @@
+"""Representation verdicts of a sweep's runs (J4, R4, R5, R8): analyses on every seed, per-seed values for the report.
+
+    python -m vit_jax_struct.analysis.verdicts --runs=SWEEP_ROOT --out=docs/results/analysis/verdicts.json
+
+Finds the finished ViT runs of a sweep (`config.json` + `final_metrics.json`), groups them into arms by their knobs
+(`report.read_run`: permutation, classifier, skip ablation, attention; one dataset, model and step budget), runs
+`--mode=analyze` (`analysis/run.py`) where `analysis/analysis.json` is missing — a CLS run of seed s against the CLS
+run of seed s′ = the next seed (cyclically), a GAP run of seed s against the same CLS run s′ — and writes the per-seed
+values of each judged row (`catalog.JUDGEMENTS`):
+
+- J4: the locality of the posemb similarity after π⁻¹ (Spearman ρ of cosine similarity vs grid distance; negative =
+  local) minus its null (the mean over 200 random re-indexings of the same posemb), per permuted-patch run;
+- R4: the CKA split at the ablated block b — mean CKA within blocks < b and within blocks ≥ b, minus mean CKA
+  between the two groups — of the skip-ablated runs against the intact ones;
+- R5: the localization margin — the CKA of each final-block output token with its own input patch minus its mean
+  CKA with the other patches (Raghu et al. §6) — GAP against CLS;
+- R8: the CKA of the last block of a GAP run (seed s) with the CLS run of seed s′ ≠ s, against the same for a CLS
+  run of seed s (a cross-seed baseline: two CLS models differ too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from vit_jax_struct import report, storage
+
+
+def localization_margin(m) -> float:
+    """Mean over output tokens t of CKA(t, own patch t) − mean_{g ≠ t} CKA(t, g), for the `[N, N]` token × patch
+    CKA matrix of `analysis.json` ("localization"/"matrix")."""
+    m = np.asarray(m, float)
+    n = len(m)
+    off = (m.sum(1) - np.diag(m)) / (n - 1)
+    return float(np.mean(np.diag(m) - off))
+
+
+def cka_split(matrix, layers, block: int) -> float:
+    """Mean CKA within the encoder blocks before `block` and within those from `block` on, minus the mean CKA
+    across the two groups (off-diagonal pairs; `layers` names like "block03"; other layers are ignored)."""
+    m = np.asarray(matrix, float)
+    idx = [(i, int(name[5:])) for i, name in enumerate(layers) if name.startswith("block") and name[5:].isdigit()]
+    before = [i for i, b in idx if b < block]
+    after = [i for i, b in idx if b >= block]
+    if not before or not after:
+        raise ValueError(f"block {block} does not split the blocks {list(layers)}")
+    within = [m[i, j] for g in (before, after) for i in g for j in g if i < j]
+    across = [m[i, j] for i in before for j in after]
+    return float(np.mean(within) - np.mean(across))
+
+
+def _last_block_cka(res: dict) -> float:
+    c = res["cka_across"]
+    layers, others = c["layers"], c["other_layers"]
+    last = max(n for n in layers if n.startswith("block"))
+    return float(np.asarray(c["matrix"])[layers.index(last), others.index(last)])
+
+
+def find_arms(root: str) -> dict:
+    """`{arm: {seed: workdir}}` of the finished ViT runs below `root`; arm = (attention, classifier, skip_ablation,
+    permutation). Smoke runs (step budgets the catalog does not declare) are left out."""
+    arms: dict = {}
+    for d in storage.find_folders_with(root, "config.json", skip=("checkpoints", "analysis")):
+        if not storage.exists(storage.join(d, "final_metrics.json")):
+            continue
+        r = report.read_run(d)
+        if r is None or r["family"] != "vit" or report.mark([r])[0]["smoke"]:
+            continue
+        key = (r["attention"], r["classifier"], r["skip_ablation"], r["permutation"])
+        arms.setdefault(key, {})[int(r["seed"])] = d
+    return arms
+
+
+BASE = ("standard", "token", "-", "none")
+
+
+def ensure_analyses(arms: dict, num_examples: int, batch: int) -> dict:
+    """Runs the analysis of every run that lacks it (CLS and GAP runs against the baseline CLS run of the next
+    seed); returns `{workdir: analysis.json dict}`."""
+    from vit_jax_struct.analysis import run as analysis_run
+
+    base = arms.get(BASE, {})
+    seeds = sorted(base)
+    out = {}
+    for key, by_seed in arms.items():
+        for seed, workdir in sorted(by_seed.items()):
+            ref = None
+            if key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none" and len(seeds) > 1:
+                others = [s for s in seeds if s != seed]
+                ref = base[others[(seeds.index(seed) if seed in seeds else 0) % len(others)]]
+            path = storage.join(workdir, "analysis", "analysis.json")
+            got = json.loads(storage.read_text(path)) if storage.exists(path) else None
+            if got is None or got.get("cka_across", {}).get("other") != ref or "locality_null" not in got.get(
+                    "posemb", {"locality_null": 0}):
+                print(f"[verdicts] analysing {workdir}" + (f" against {ref}" if ref else ""), flush=True)
+                got = analysis_run.analyze(workdir, compare=ref, num_examples=num_examples, batch=batch)
+            out[workdir] = got
+    return out
+
+
+def verdict_inputs(arms: dict, results: dict) -> list[dict]:
+    """The per-seed values of J4, R4, R5 and R8 (`report.verdicts_from_file` format)."""
+    base = arms.get(BASE, {})
+    out = []
+    for key, by_seed in sorted(arms.items()):
+        runs = [by_seed[s] for s in sorted(by_seed)]
+        res = [results[w] for w in runs]
+        if key[3] != "none" and key[:3] == BASE[:3]:
+            vals = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_null"]["mean"] for r in res
+                    if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
+            out.append({"key": "J4", "comparison": f"permutation at the {key[3]} grain: locality after π⁻¹ − null",
+                        "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs})
+        if key[2] != "-" and key[:2] == BASE[:2] and key[3] == "none" and base:
+            block = int(key[2].split(":")[0].split(",")[0])
+            split = lambda r: cka_split(r["cka"]["matrix"], r["cka"]["layers"], block)  # noqa: E731
+            out.append({"key": "R4", "comparison": f"skip connections removed ({key[2]}) vs intact",
+                        "treatment": [split(r) for r in res],
+                        "baseline": [split(results[base[s]]) for s in sorted(base)], "method": "welch",
+                        "runs": runs + [base[s] for s in sorted(base)]})
+        if key[1] == "gap" and key[2] == "-" and key[3] == "none" and base:
+            margin = lambda r: localization_margin(r["localization"]["matrix"])  # noqa: E731
+            base_runs = [base[s] for s in sorted(base)]
+            out.append({"key": "R5", "comparison": "GAP vs CLS: localization margin of the final block",
+                        "treatment": [margin(r) for r in res],
+                        "baseline": [margin(results[w]) for w in base_runs], "method": "welch",
+                        "runs": runs + base_runs})
+            cross_t = [_last_block_cka(r) for r in res if "cka_across" in r]
+            cross_b = [_last_block_cka(results[w]) for w in base_runs if "cka_across" in results[w]]
+            out.append({"key": "R8", "comparison": "GAP vs CLS: last-block CKA with a CLS model of another seed",
+                        "treatment": cross_t, "baseline": cross_b, "method": "welch", "runs": runs + base_runs})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", required=True, help="a sweep root (local or gs://)")
+    ap.add_argument("--out", required=True, help="the verdicts.json to write")
+    ap.add_argument("--analysis_examples", type=int, default=1024)
+    ap.add_argument("--analysis_batch", type=int, default=256)
+    args = ap.parse_args(argv)
+    if not storage.exists(args.runs):
+        print(f"error: --runs {args.runs} does not exist", file=sys.stderr)
+        return 2
+    arms = find_arms(args.runs)
+    if BASE not in arms:
+        print(f"error: no finished baseline ViT run (CLS, standard attention, unpermuted) below {args.runs}",
+              file=sys.stderr)
+        return 1
+    results = ensure_analyses(arms, args.analysis_examples, args.analysis_batch)
+    rows = verdict_inputs(arms, results)
+    parent = str(args.out).rstrip("/").rsplit("/", 1)[0] if "/" in str(args.out) else "."
+    storage.makedirs(parent)
+    storage.write_text(args.out, json.dumps(rows, indent=1))
+    print(f"{len(rows)} verdict inputs -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
