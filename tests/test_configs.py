@@ -140,6 +140,25 @@ def test_sweep_expands_and_every_run_builds(tmp_path):
     assert sum("--config.model.width=16" in cmd and "model=vgg19" in cmd[2] for _, _, cmd in cmds) == 4
 
 
+def test_cifar100_sweep_arms_build_with_the_positive_control_and_seed_major_order(tmp_path):
+    from launch import sweep
+
+    root = write_image_folder(tmp_path / "data", classes=("a", "b"), per_class=2, size=32)
+    sw = sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar100_permuted.py") + f":steps=8,cnn_steps=8,root={root}")
+    names = [r["name"] for r in sw["runs"]]
+    assert len(names) == 3 * 10 and names[0] == "vit_original,seed=0" and names[10] == "vit_original,seed=1"
+    control = next(r for r in sw["runs"] if r["name"] == "vit_permuted4,seed=2")
+    assert control["overrides"] == {"seed": 2, "data.permute_patches": True, "data.permutation_patch_size": 4}
+    for run in sw["runs"][:10]:
+        path, _, arg = run["config"].partition(":")
+        c = load(path, arg)
+        apply_overrides(c, {**sw["overrides"], **run["overrides"]})
+        c.data.num_classes = 0
+        assert trainer.build(c)["total_steps"] == 8
+    with pytest.raises(ValueError, match="seeds=4 must be 1 … 3"):
+        sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar100_permuted.py") + ":seeds=4")
+
+
 def test_sweep_runs_jobs_in_parallel_and_skips_finished_runs(tmp_path, capsys):
     from launch import sweep
 

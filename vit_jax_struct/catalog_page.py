@@ -70,13 +70,14 @@ def render(verdicts_path: str = VERDICTS) -> str:
              "`vit_jax_struct/catalog.py` before the runs; the numbers come from "
              "[results/scoreboard.md](results/scoreboard.md) (every run listed in "
              "[results/runs.csv](results/runs.csv), commands in [results/commands.txt](results/commands.txt)).", "",
-             "| id | experiment | paper says | ours (status: comparison, Δ [95 % CI] (method; n per arm)) |",
-             "|---|---|---|---|"]
+             "| id | experiment | paper says | metric (judged on) | ours (status: comparison, Δ [95 % CI] (method; "
+             "n per arm)) |", "|---|---|---|---|---|"]
     for row in catalog.ROWS:
         vs = by_row.get(row.id, [])
         ours = "<br>".join(_short(v) for v in vs) if vs else "**not run**" + (
             f" — {row.pending}" if row.pending else "")
-        lines.append(f"| [{row.id}](#{row.id.lower()}) | {row.title} | {row.number} | {ours} |")
+        metrics = "<br>".join(dict.fromkeys(j.metric for j in catalog.JUDGEMENTS.values() if j.row == row.id)) or "—"
+        lines.append(f"| [{row.id}](#{row.id.lower()}) | {row.title} | {row.number} | {metrics} | {ours} |")
     for row in catalog.ROWS:
         lines += ["", f"## {row.id}", "", f"**{row.title}** — {row.paper}, {row.section}.", "",
                   f"- Paper: {row.claim}. Number: {row.number}.", f"- Knob: {row.knob}.",

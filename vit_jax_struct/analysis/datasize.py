@@ -32,7 +32,7 @@ import sys
 
 import numpy as np
 
-from vit_jax_struct import storage
+from vit_jax_struct import stats, storage
 
 LOCAL_FRACTION = 0.75  # a head is "local" when its mean distance is < 75 % of uniform attention's distance
 
@@ -55,23 +55,13 @@ def is_data_size_run(c: dict, steps: int) -> bool:
 VARYING = ("seed", "data.train_fraction", "data.subset_seed")
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
 def differing_keys(a: dict, b: dict) -> list[str]:
     """The dotted keys, outside `VARYING`, whose values differ between two run configs (`config.json` dicts).
 
     A key present in only one of them is not a difference: a config written by an older version of the package
     lacks the keys added since, whose defaults keep the older behaviour.
     """
-    fa, fb = _flat(a), _flat(b)
+    fa, fb = stats.flatten(a), stats.flatten(b)
     return sorted(k for k in set(fa) & set(fb) if k not in VARYING and fa[k] != fb[k])
 
 

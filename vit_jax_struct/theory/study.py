@@ -326,6 +326,22 @@ def _band(ax, x, per_seed, label, **kw):
     ax.fill_between(x, cis[:, 1], cis[:, 2], color=line.get_color(), alpha=0.2)
 
 
+def _finish_error_plot(fig, ax, res, ns, xlabel: str, title: str, path: str) -> str:
+    """Log-log test error vs sample size with the linear classifier's error drawn, legend outside; saves to `path`."""
+    import matplotlib.pyplot as plt
+
+    ax.axhline(100 * res["linear_ceiling"]["error"], ls="--", c="grey", label="best linear classifier")
+    ax.set_xscale("log")
+    ax.set_xticks(list(ns), [str(n) for n in ns])
+    ax.minorticks_off()
+    ax.set(yscale="log", xlabel=xlabel, ylabel="test error (%)", title=title)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    storage.savefig(fig, path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot(res: dict, out: str) -> list[str]:
     """The study's figures (mean over seeds with 95 % t bands); returns their paths."""
     import matplotlib
@@ -380,17 +396,10 @@ def plot(res: dict, out: str) -> list[str]:
     for d, by_n in res["J6"].items():
         ns = sorted(int(n) for n in by_n)
         _band(ax, ns, [100 * np.asarray(by_n[str(n)]["test_error"]) for n in ns], f"d = {d}", marker="o")
-    ax.axhline(100 * res["linear_ceiling"]["error"], ls="--", c="grey", label="best linear classifier")
-    ax.set_xscale("log")
-    ax.set_xticks(list(map(int, next(iter(res["J6"].values())))), list(next(iter(res["J6"].values()))))
-    ax.minorticks_off()
-    ax.set(yscale="log", xlabel="training samples n", ylabel="test error (%)",
-           title="J6: empirical risk, Gaussian init (mean over seeds, 95 % t band)")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    paths.append(storage.join(out, "empirical.png"))
-    storage.savefig(fig, paths[-1], dpi=110)
-    plt.close(fig)
+    ns = sorted(int(n) for n in next(iter(res["J6"].values())))
+    paths.append(_finish_error_plot(fig, ax, res, ns, "training samples n",
+                                    "J6: empirical risk, Gaussian init (mean over seeds, 95 % t band)",
+                                    storage.join(out, "empirical.png")))
 
     tr = res["transfer"]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
@@ -398,17 +407,9 @@ def plot(res: dict, out: str) -> list[str]:
                        ("scratch", "same model from scratch"), ("glm", "GLM (logistic regression, flattened)")):
         _band(ax, tr["n"], 100 * np.asarray(tr[key]), label, marker="o")
     ax.axhline(100 * TARGET, ls=":", c="k", label=f"target {100 * TARGET:g} %")
-    ax.axhline(100 * res["linear_ceiling"]["error"], ls="--", c="grey", label="best linear classifier")
-    ax.set_xscale("log")
-    ax.set_xticks(tr["n"], [str(n) for n in tr["n"]])
-    ax.minorticks_off()
-    ax.set(yscale="log", xlabel="downstream training samples n′", ylabel="test error (%)",
-           title="J7–J9: transfer of the patch association (95 % t band)")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    paths.append(storage.join(out, "transfer.png"))
-    storage.savefig(fig, paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_finish_error_plot(fig, ax, res, tr["n"], "downstream training samples n′",
+                                    "J7–J9: transfer of the patch association (95 % t band)",
+                                    storage.join(out, "transfer.png")))
     return paths
 
 
@@ -468,7 +469,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="docs/results/theory")
     ap.add_argument("--seeds", type=int, default=5, help="seeds per setting (fixed in advance: 5)")
+    ap.add_argument("--replot", action="store_true",
+                    help="only redraw the figures, README and verdicts from OUT/study.json (no training)")
     args = ap.parse_args(argv)
+    if args.replot:
+        path = storage.join(args.out, "study.json")
+        if not storage.exists(path):
+            print(f"error: --replot needs {path}, which does not exist", file=sys.stderr)
+            return 2
+        res = json.loads(storage.read_text(path))
+        storage.write_text(storage.join(args.out, "verdicts.json"), json.dumps(verdict_inputs(res), indent=1))
+        plot(res, args.out)
+        storage.write_text(storage.join(args.out, "README.md"),
+                           render(res, f"python -m vit_jax_struct.theory.study --out={args.out} --seeds={res['seeds']}"))
+        return 0
     if args.seeds < 2:
         print(f"error: --seeds {args.seeds} must be ≥ 2 (an interval needs two values)", file=sys.stderr)
         return 2
@@ -496,8 +510,8 @@ def main(argv=None) -> int:
     storage.write_text(storage.join(args.out, "study.json"), json.dumps(res))
     storage.write_text(storage.join(args.out, "verdicts.json"), json.dumps(verdict_inputs(res), indent=1))
     plot(res, args.out)
-    command = "python -m vit_jax_struct.theory.study " + " ".join(argv if argv is not None else sys.argv[1:])
-    storage.write_text(storage.join(args.out, "README.md"), render(res, command.strip()))
+    storage.write_text(storage.join(args.out, "README.md"),
+                       render(res, f"python -m vit_jax_struct.theory.study --out={args.out} --seeds={args.seeds}"))
     print(f"[study] wrote {args.out} in {res['seconds']} s", flush=True)
     return 0
 
