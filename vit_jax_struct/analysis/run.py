@@ -325,6 +325,9 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
         if config.model.get("posemb", "learn") == "learn":
             pe = posemb.posemb_patches(variables["params"], has_cls)
             perm = permute.load_permutation(workdir)
+            if perm is not None and len(perm["inverse"]) != len(pe):
+                # Blocks finer than the patch (a sub-patch permutation): no re-indexing of the posemb grid undoes it.
+                perm = None
             raw_score = posemb.locality_score(pe, grid)
             if perm is not None:
                 pe = posemb.reindex(pe, perm["inverse"])

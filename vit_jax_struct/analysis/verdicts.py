@@ -108,10 +108,10 @@ def verdict_inputs(arms: dict, results: dict) -> list[dict]:
     for key, by_seed in sorted(arms.items()):
         runs = [by_seed[s] for s in sorted(by_seed)]
         res = [results[w] for w in runs]
-        if key[3] != "none" and key[:3] == BASE[:3]:
+        if key[3] == "patch" and key[:3] == BASE[:3]:  # π⁻¹ re-indexes the posemb grid only at the patch grain
             vals = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_null"]["mean"] for r in res
                     if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
-            out.append({"key": "J4", "comparison": f"permutation at the {key[3]} grain: locality after π⁻¹ − null",
+            out.append({"key": "J4", "comparison": "patches permuted (blocks of the patch size): locality after π⁻¹ − null",
                         "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs})
         if key[2] != "-" and key[:2] == BASE[:2] and key[3] == "none" and base:
             block = int(key[2].split(":")[0].split(",")[0])
