@@ -79,8 +79,8 @@ def _parse_flags(argv):
     try:
         rest = flags.FLAGS(argv)
         for flag in (_CONFIG, _COMPARE_CONFIG):
-            if flags.FLAGS[flag.name].present or flag is _CONFIG:
-                flag.value  # noqa: B018 -- raises the config file's loading error now
+            if flag.value is not None:
+                flag.value.keys()  # a config that failed to load raises its error on any attribute access
         return rest
     except Exception as e:
         if _traceback_requested():
@@ -114,10 +114,12 @@ def _flag_error_line(e: Exception, argv) -> str:
         return f"unknown config key {bad or key}" + (f": {hint.strip()}" if hint else "")
     if isinstance(e, OSError) and "Failed loading config file" in text:  # no such file, or it cannot be imported
         cause = text.strip().splitlines()[-1].strip()
-        flag = next((a for a in argv[1:] if a.startswith(("--config=", "--compare_config="))), "--config")
+        flag = next((a for a in argv[1:] if a.startswith(("--config=", "--compare_config=")) and
+                     a.split("=", 1)[1].split(":")[0] in text), "--config")
         return f"cannot load {flag}: {cause}"
     if "Error whilst parsing config file" in text:  # get_config raised: its last traceback line is the message
-        return f"{text.split(':', 1)[0]}: {text.strip().splitlines()[-1].strip()}"
+        flag = text.split(": Error whilst parsing", 1)[0].removeprefix("flag ")
+        return f"{flag}: {text.strip().splitlines()[-1].strip()}"
     return text.strip().splitlines()[-1] if text.strip() else type(e).__name__
 
 

@@ -286,10 +286,23 @@ class Checkpointer:
         self.manager.reload()
 
     def close(self) -> None:
+        """Waits for pending saves, then closes the manager.
+
+        Raises:
+          CheckpointError: a pending save failed (the manager is closed all the same), or closing failed.
+        """
         try:
             self.wait()
-        finally:
+        except CheckpointError:
+            try:
+                self.manager.close()
+            except Exception as e:  # the same failure again: the first report is the one to keep
+                logging.debug("closing the checkpoint manager after a failed save: %s", short_error(e))
+            raise
+        try:
             self.manager.close()
+        except Exception as e:
+            raise CheckpointError(f"closing the checkpoints in {self.directory} failed: {short_error(e)}") from e
 
 
 def official_options(config, model) -> dict:

@@ -73,6 +73,11 @@ class TimeAccount:
         self.add("startup", max(0.0, now - self.start - sum(self.total.values())))
         self._in_loop = True
 
+    def stop_loop(self) -> None:
+        """Marks the end of the training loop (which closes its last interval at its last step): later time is
+        counted only where measured (the final eval, the wait for the last checkpoint)."""
+        self._in_loop = False
+
     def interval(self) -> dict[str, float]:
         """Closes the current log interval: `{"time/<category>": seconds}` spent in it (train_step = the interval's
         wall time minus the other categories), then starts the next one."""

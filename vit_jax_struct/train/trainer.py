@@ -13,6 +13,7 @@ checkpoint that does not match the model) is checked before anything is written 
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import os
@@ -432,19 +433,34 @@ def configure_compilation_cache(setting: str) -> str | None:
     compile in under 1 s, i.e. most CPU programs here). Call before the first compilation of the process: JAX
     initialises the cache once.
     """
+    from jax.experimental.compilation_cache import compilation_cache
+
+    _count_cache_events()
     if setting == "auto":
         if "JAX_COMPILATION_CACHE_DIR" in os.environ:
             return jax.config.jax_compilation_cache_dir or None
         if jax.process_count() > 1 and jax.default_backend() == "cpu":
-            return None
-        setting = default_compilation_cache_dir()
-    if not setting:
-        jax.config.update("jax_compilation_cache_dir", None)
-        return None
-    jax.config.update("jax_compilation_cache_dir", str(storage.path(setting)))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    return str(storage.path(setting))
+            setting = ""
+        else:
+            setting = default_compilation_cache_dir()
+    target = str(storage.path(setting)) if setting else None
+    if target != jax.config.jax_compilation_cache_dir:
+        compilation_cache.reset_cache()  # JAX opens the cache once per process: another folder needs a reset
+        jax.config.update("jax_compilation_cache_dir", target)
+    if target:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return target
+
+
+CACHE_EVENTS = collections.Counter()  # "/jax/compilation_cache/cache_hits", "…/cache_misses" (entries written)
+
+
+def _count_cache_events():
+    if not getattr(_count_cache_events, "registered", False):
+        jax.monitoring.register_event_listener(
+            lambda event, **kw: CACHE_EVENTS.update([event]) if event.startswith("/jax/compilation_cache/") else None)
+        _count_cache_events.registered = True
 
 
 def _acquire_lock(workdir: str):
@@ -566,8 +582,11 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
                     with account.measure("compile"):
                         state, m = train_step(state, batch)
                     compiled = True
-                    logging.info("first train step compiled and dispatched in %.1f s (%.1f s since start)",
-                                 account.total["compile"], time.time() - account.start)
+                    logging.info("first train step compiled and dispatched in %.1f s (%.1f s since start); "
+                                 "persistent compilation cache: %d hits, %d entries written so far",
+                                 account.total["compile"], time.time() - account.start,
+                                 CACHE_EVENTS["/jax/compilation_cache/cache_hits"],
+                                 CACHE_EVENTS["/jax/compilation_cache/cache_misses"])
                 else:
                     state, m = train_step(state, batch)
             nonfinite = nonfinite + m["nonfinite"]
@@ -623,6 +642,7 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
                 stop = kind(step, total, ckpt.directory, saved=save_checkpoints)
                 logging.warning("%s", stop)
                 raise stop
+        account.stop_loop()
         if step >= total and "eval/accuracy" not in last:
             with account.measure("eval"):
                 ev = evaluate(eval_step, model_variables(state), parts, mesh)
