@@ -101,8 +101,9 @@ def test_two_processes_train_checkpoint_and_resume_bitwise(tmp_path):
     assert sorted(f for f in os.listdir(ckpts / "4" / "data") if f.endswith(".json")) == [
         "process_0-of-2.json", "process_1-of-2.json"]
     assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(ckpts / "4" / "state"))
-    assert sorted(os.listdir(wd)) == ["checkpoints", "config.json", "final_metrics.json", "lock", "metrics.jsonl",
-                                      "tensorboard"]
+    assert sorted(os.listdir(wd)) == ["checkpoints", "config.json", "curves.png", "final_metrics.json", "lock",
+                                      "log.txt", "metrics.jsonl", "tensorboard"]
+    assert "done: step 4; " in (wd / "log.txt").read_text()  # process 0's log
     assert len(os.listdir(wd / "tensorboard")) == 1  # one event file: process 0's
 
     # Roll the run back to its step-2 checkpoint, as if both hosts had died right after writing it, and relaunch.
@@ -127,6 +128,9 @@ def test_missing_process_fails_clearly_within_the_timeout(tmp_path):
     assert rc != 0, log[-3000:]
     assert "distributed start-up timed out" in log and "not every process joined" in log, log[-3000:]
     assert "expected 2 processes, this process id 0" in log and "coordinator 127.0.0.1:" in log
+    errors = [line for line in log.splitlines() if line.startswith("error: ")]
+    assert rc == 1 and len(errors) == 1 and "config.distributed.initialization_timeout=3" in errors[0], log[-3000:]
+    assert "Traceback" not in log
     assert elapsed < 60, elapsed  # ours (3 s) and not the library's deadline (63 s), which would abort instead
     assert not (tmp_path / "w").exists()
 

@@ -243,7 +243,7 @@ class Checkpointer:
                 self._check_files(step)
                 self.manager.item_metadata(step)["state"].tree  # noqa: B018 -- raises on unreadable metadata
             except Exception as e:
-                tried.append((step, short_error(e, 200)))
+                tried.append((step, short_error(e, 300)))
                 logging.warning("checkpoint step %d in %s is unreadable, skipping it: %s", step, self.directory,
                                 tried[-1][1])
                 continue
@@ -254,9 +254,9 @@ class Checkpointer:
             except ValueError as e:
                 if "does not match the model" in str(e):
                     raise
-                tried.append((step, short_error(e, 200)))
+                tried.append((step, short_error(e, 300)))
             except Exception as e:  # TensorStore's errors carry the whole JSON spec: the first line, cut short
-                tried.append((step, short_error(e, 200)))
+                tried.append((step, short_error(e, 300)))
             else:
                 self._set_aside([s for s, _ in tried])
                 return step, state

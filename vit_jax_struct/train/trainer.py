@@ -395,7 +395,6 @@ def train_and_evaluate(config, workdir: str, devices=None):
             worker_count=config.data.get("worker_count", 0))  # workers start at the first next(), after the restore
         workdir_lock = _acquire_lock(workdir)
         try:
-            runlog.open(workdir)
             return _train(config, workdir, parts, train_it, workdir_lock, runlog, account)
         finally:
             if workdir_lock is not None:
@@ -506,6 +505,7 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
             state["params"] = params
             logging.info("warm start: parameters from %s (step %d); optimizer state fresh", config.init_from,
                          src_step)
+    runlog.open(workdir)  # the run writes from here on: config.json, log.txt (with the records so far), metrics
     if jax.process_index() == 0:
         _write_config(config, workdir, latest or 0)
         if parts["permutation"] is not None:
