@@ -42,7 +42,8 @@ def run_once(config: str, workdir: str, cache: str, extra: list[str]) -> dict:
         raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stderr[-3000:]}")
     m = re.search(r"first train step compiled and dispatched in ([\d.]+) s \(([\d.]+) s since start\); "
                   r"persistent compilation cache: (\d+) hits", r.stderr)
-    final = json.load(open(os.path.join(workdir, "final_metrics.json")))
+    with open(os.path.join(workdir, "final_metrics.json")) as f:
+        final = json.load(f)
     return {"process_wall_s": wall, "first_step_since_start_s": float(m.group(2)), "compile_s": final["time/compile"],
             "startup_s": final["time/startup"], "eval_s": final["time/eval"], "cache_hits": int(m.group(3))}
 

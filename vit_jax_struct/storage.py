@@ -175,6 +175,19 @@ def write_text(p, text: str) -> None:
     write_bytes(p, text.encode("utf-8"))
 
 
+def append_line(f, p, line: str) -> None:
+    """Appends `line` and a newline to `f`, an open local file (of path `p`: append-only logs), and flushes it.
+
+    Raises:
+      StorageError: naming `p` (disk full, read-only, …).
+    """
+    try:
+        f.write(line + "\n")
+        f.flush()
+    except OSError as e:
+        raise StorageError(f"cannot write {p}: {e}") from e
+
+
 def remove(p) -> None:
     """Deletes file `p` if it exists."""
     try:

@@ -101,11 +101,7 @@ class MetricWriter:
             for k, v in values.items():
                 self.tb.add_scalar(k, v, int(step))
         if self.file is not None:
-            try:
-                self.file.write(line + "\n")
-                self.file.flush()
-            except OSError as e:
-                raise storage.StorageError(f"cannot write {self.path}: {e}") from e
+            storage.append_line(self.file, self.path, line)
             self._flush_tensorboard()
         else:
             self._lines.append(line)

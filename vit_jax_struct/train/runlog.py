@@ -63,11 +63,7 @@ class RunLog(logging_std.Handler):
 
     def _write(self, line: str) -> None:
         if self._file is not None:
-            try:
-                self._file.write(line + "\n")
-                self._file.flush()
-            except OSError as e:
-                raise storage.StorageError(f"cannot write {self.path}: {e}") from e
+            storage.append_line(self._file, self.path, line)
         else:
             self._lines.append(line)
             self._dirty = True

@@ -438,10 +438,8 @@ def configure_compilation_cache(setting: str) -> str | None:
     if setting == "auto":
         if "JAX_COMPILATION_CACHE_DIR" in os.environ:
             return jax.config.jax_compilation_cache_dir or None
-        if jax.process_count() > 1 and jax.default_backend() == "cpu":
-            setting = ""
-        else:
-            setting = default_compilation_cache_dir()
+        multi_cpu = jax.process_count() > 1 and jax.default_backend() == "cpu"
+        setting = "" if multi_cpu else default_compilation_cache_dir()
     target = str(storage.path(setting)) if setting else None
     if target != jax.config.jax_compilation_cache_dir:
         compilation_cache.reset_cache()  # JAX opens the cache once per process: another folder needs a reset
