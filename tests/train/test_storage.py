@@ -173,7 +173,7 @@ def test_store_going_away_stops_the_run_and_the_same_command_resumes(tmp_path):
     assert p.returncode == 1, out[-3000:]
     err = [line for line in out.splitlines() if line.startswith("error: ")]
     assert len(err) == 1 and "gs://outage/run" in err[0], out[-3000:]
-    assert stopped_after < 90, stopped_after  # gcsfs retries for about 35 s, then the run stops
+    assert stopped_after < 60, stopped_after  # gcsfs retries for about 35 s, then the run stops (no second round)
     print(f"stopped {stopped_after:.1f} s after the store went away")
     emu.start()  # the same bucket, back
     t0 = time.time()
