@@ -64,10 +64,17 @@ def training_curves(runs: dict, path, title: str) -> None:
             x, y = _series(records, key)
             if len(x):
                 ax.plot(x, y, color=color, marker="o" if len(x) < 20 else None, ms=3, label=label)
-        for j, key in enumerate(fewshot_keys(records)):
+        keys = fewshot_keys(records)
+        names = sorted({k[len("fewshot/"):].rpartition("_")[0] for k in keys})
+        shots = sorted({k.rpartition("_")[2] for k in keys}, key=lambda t: int(t[:-4]) if t[:-4].isdigit() else 0)
+        for key in keys:  # line style by k; colour by data set (one run) or by run, marker by data set (several)
             x, y = _series(records, key)
             short = key[len("fewshot/"):]
-            axes[2].plot(x, y, styles[j % len(styles)], color=color, marker="o", ms=3,
+            name, _, k = short.rpartition("_")
+            i = names.index(name)
+            axes[2].plot(x, y, styles[shots.index(k) % len(styles)], ms=3,
+                         color=plt.get_cmap("tab10")(i % 10) if len(runs) == 1 else color,
+                         marker="o" if len(runs) == 1 else "osv^D<>p"[i % 8],
                          label=short if len(runs) == 1 else f"{label}: {short}")
     for ax, (key, name) in zip(axes, CURVE_PANELS, strict=True):
         ax.set_xlabel("step")
