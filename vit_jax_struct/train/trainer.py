@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 
@@ -379,6 +380,8 @@ def train_and_evaluate(config, workdir: str, devices=None):
     account = timing.TimeAccount()
     runlog = runlog_lib.RunLog().start()  # buffers the records until the workdir may be written
     try:
+        logging.info("run in %s: %s; jax %s, %d %s devices, %d processes", workdir, " ".join(sys.argv),
+                     jax.__version__, jax.device_count(), jax.default_backend(), jax.process_count())
         jax.config.update("jax_threefry_partitionable", True)  # Same parameters from the same seed on any mesh.
         parts = build(config, devices)
         storage.check_workdir(workdir)
