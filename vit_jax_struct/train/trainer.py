@@ -638,6 +638,9 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
             if stopping:
                 with account.measure("checkpoint"):
                     ckpt.wait()
+                writer.write(step, account.interval())  # the time since the last log step, too
+                account.stop_loop()
+                logging.info("time: %s", timing.format_summary(account.summary()))
                 writer.flush()
                 kind = Interrupted if stop_signals.signum == signal.SIGINT else Preempted
                 stop = kind(step, total, ckpt.directory, saved=save_checkpoints)
