@@ -13,13 +13,13 @@ workdir may be a `gs://bucket/…` URL (every file of the run then lives in the 
 process per host, every host running the same command; `--config.distributed.*` give the coordinator, process count
 and index where the environment does not (see that module).
 
-Exit codes: 0 done (or already complete); 2 a usage or config error (one line naming the key or flag, before
-anything is written; `--traceback` shows the trace); 143 pre-empted by SIGTERM after the checkpoint was written
-(rerun to resume); 1 any other failure (storage, checkpoint, NaN loss, a busy workdir: one line, `--traceback` for
-the trace).
+Exit codes: 0 done (or already complete); 1 a run error (storage, checkpoint, NaN loss, a busy or unwritable
+workdir, an image found unreadable mid-run: one line); 2 a usage or config error (one line naming the key or flag,
+before anything is written); 130 interrupted by Ctrl-C (the first one saves a checkpoint at the next step; a second
+exits at once); 143 pre-empted by SIGTERM after the checkpoint was written (rerun to resume). `--traceback` shows the
+whole trace instead of the one line.
 """
 
-import logging as logging_std
 import os
 import re
 import sys
@@ -47,7 +47,7 @@ _WORKERS = flags.DEFINE_integer("verify_workers", 0, "verify: decoding threads (
 _TRACEBACK = flags.DEFINE_bool("traceback", False, "On a usage, config or run error print the whole traceback, "
                                "not one line.")
 
-USAGE_EXIT, PREEMPTED_EXIT = 2, 143
+USAGE_EXIT, INTERRUPTED_EXIT, PREEMPTED_EXIT = 2, 130, 143
 _PROBE = flags.DEFINE_integer("analysis_probe_examples", 2000, "analyze: train-split examples for the linear "
                               "probes (10-shot on 1,000 classes needs ≥ 12,500: 10 per class plus the held-out 20 %).")
 
@@ -61,16 +61,10 @@ def default_workdir(config_arg: str) -> str:
     return os.path.join("runs", name)
 
 
-class _QuietLibraries(logging_std.Filter):
-    """Drops INFO chatter of orbax and grain (every save logs dozens of lines); their warnings still show."""
-
-    def filter(self, record):
-        return record.levelno >= logging_std.WARNING or not any(
-            f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "array_record", "gcsfs", "fsspec"))
-
-
 def _fail(message: str, code: int):
-    print(f"error: {message}" + ("" if _traceback_requested() else "  (--traceback for the full trace)"),
+    """Prints `error: <message>` as one line on stderr and exits with `code`."""
+    line = " ".join(str(message).split())  # one line, whatever the message
+    print(f"error: {line}" + ("" if _traceback_requested() else "  (--traceback for the full trace)"),
           file=sys.stderr)
     sys.exit(code)
 
@@ -80,46 +74,80 @@ def _traceback_requested() -> bool:
 
 
 def _parse_flags(argv):
-    """absl's flag parsing, with a bad flag or config (`--config.model.widht=3`, a config file error) reported as
-    one line and exit code 2."""
+    """absl's flag parsing, with a bad flag or config (`--config.model.widht=3`, a missing or failing config file)
+    reported as one line and exit code 2. Config files are loaded here (ml_collections loads them lazily)."""
     try:
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
+        for flag in (_CONFIG, _COMPARE_CONFIG):
+            if flag.value is not None:
+                flag.value.keys()  # a config that failed to load raises its error on any attribute access
+        return rest
     except Exception as e:
         if _traceback_requested():
             raise
         _fail(_flag_error_line(e, argv), USAGE_EXIT)
 
 
+def _unquote(text: str) -> str:
+    """Undoes the quoting of a KeyError's text (ml_collections puts the key and a suggestion in one, so `str()` gives
+    an escaped repr of both): returns the key line and the suggestion line as plain text."""
+    import ast
+
+    while len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+        try:
+            text = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            break
+    return text
+
+
 def _flag_error_line(e: Exception, argv) -> str:
-    """One readable line for a flag-parsing error; an unknown config key (ml_collections raises an AttributeError
-    whose text is a quoted KeyError with a suggestion) names the flag and the suggestion."""
-    text = str(e).strip()
-    if isinstance(e, AttributeError) and text.startswith(("'", '"')):
-        key, _, hint = text.strip("'\"").replace("\\'", "'").replace("\\n", "\n").partition("\n")
-        bad = next((a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.") and key.strip("'") in a), None)
+    """One readable line for a flag-parsing error: an unknown config key (ml_collections raises a KeyError or
+    AttributeError whose text is a quoted key and a suggestion) names the flag and the suggestion; a config file
+    that cannot be loaded names the flag and the cause."""
+    text = _unquote(str(e).strip())
+    if isinstance(e, (AttributeError, KeyError)) and text.startswith(("'", '"')):
+        key, _, hint = text.partition("\n")
+        key = key.strip("'\"")
+        bad = next((a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.") and
+                    f".{key}" in a.split("=", 1)[0]), None)
         return f"unknown config key {bad or key}" + (f": {hint.strip()}" if hint else "")
-    return text.splitlines()[-1] if text else type(e).__name__
+    if isinstance(e, OSError) and "Failed loading config file" in text:  # no such file, or it cannot be imported
+        cause = text.strip().splitlines()[-1].strip()
+        flag = next((a for a in argv[1:] if a.startswith(("--config=", "--compare_config=")) and
+                     a.split("=", 1)[1].split(":")[0] in text), "--config")
+        return f"cannot load {flag}: {cause}"
+    if "Error whilst parsing config file" in text:  # get_config raised: its last traceback line is the message
+        flag = text.split(": Error whilst parsing", 1)[0].removeprefix("flag ")
+        return f"{flag}: {text.strip().splitlines()[-1].strip()}"
+    return text.strip().splitlines()[-1] if text.strip() else type(e).__name__
 
 
 def main(argv):
-    logging.get_absl_handler().addFilter(_QuietLibraries())
+    from vit_jax_struct.train import runlog
+
+    logging.get_absl_handler().addFilter(runlog.QuietLibraries())
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        _fail(f"unexpected arguments: {argv[1:]}", USAGE_EXIT)
     from vit_jax_struct import storage
-    from vit_jax_struct.train import checkpoint, lock, validate
+    from vit_jax_struct.train import checkpoint, lock, trainer, validate
 
     user_errors = (validate.ConfigError, app.UsageError, ValueError, FileNotFoundError, NotADirectoryError)
-    run_errors = (storage.StorageError, lock.WorkdirBusyError, checkpoint.CheckpointError, FloatingPointError)
-    from vit_jax_struct.train.trainer import Preempted
+    run_errors = (storage.StorageError, lock.WorkdirBusyError, checkpoint.CheckpointError, FloatingPointError,
+                  trainer.RunError, TimeoutError, RuntimeError)
 
     try:
         _run()
-    except Preempted:  # the trainer has logged it, after the checkpoint was complete
-        sys.exit(PREEMPTED_EXIT)
+    except trainer.Preempted as e:  # the trainer has logged it, after the checkpoint was complete
+        sys.exit(e.EXIT_CODE)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before training began
+        if _TRACEBACK.value:
+            raise
+        _fail("interrupted", INTERRUPTED_EXIT)
     except run_errors as e:
         if _TRACEBACK.value:
             raise
-        _fail(f"{type(e).__name__}: {e}", 1)
+        _fail(runlog.short_error(e, 2000), 1)
     except user_errors as e:
         if _TRACEBACK.value:
             raise
@@ -128,7 +156,7 @@ def main(argv):
 
 def _run():
     config = _CONFIG.value
-    if config.get("multihost"):  # Before anything touches JAX; fails within config.distributed.timeout_s.
+    if config.get("multihost"):  # Before anything touches JAX; fails within config.distributed.initialization_timeout.
         from vit_jax_struct.train import distributed
 
         distributed.initialize(config.get("distributed"))

@@ -36,7 +36,16 @@ def base() -> ml_collections.ConfigDict:
     c.distributed.coordinator_address = ""  # "host:port" of process 0 (it runs the coordination service)
     c.distributed.num_processes = 0   # processes in the run (one per host)
     c.distributed.process_id = -1     # this process's index in [0, num_processes)
-    c.distributed.timeout_s = 300     # seconds for every process to join, else a TimeoutError naming who waited
+    c.distributed.initialization_timeout = 1800  # seconds for every process to join (large pods start slowly),
+    #                                   else one line naming the coordinator and who waited
+    # Persistent XLA compilation cache: a folder or gs:// URL (one for all hosts of a pod), "" off, "auto":
+    # $JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/vit_jax_struct/jax_compilation_cache (single-process runs).
+    c.compilation_cache_dir = "auto"
+    # jax.profiler trace of train steps start_step … start_step+num_steps-1 -> workdir/tensorboard/plugins/profile/
+    c.profile = ml_collections.ConfigDict()
+    c.profile.start_step = 10         # after the first step's compilation
+    c.profile.num_steps = 0           # 0: off
+    c.profile.process_index = 0       # the process that traces; -1: every process
     c.tensorboard = True
     c.loss = "softmax_xent"           # or "sigmoid_xent"
     c.label_smoothing = 0.0

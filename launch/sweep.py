@@ -2,7 +2,7 @@
 
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations            # print
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run      # run all
-    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py:short --root=… --run --only=permute
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py:steps=100 --root=… --run --only=permute
     python launch/sweep.py --sweep=… --root=gs://bucket/sweep --tpu=NAME,ZONE                               # TPU VM
     # Smoke sweep in minutes (4.3 min on 2 cores): sweep-level overrides that win over the sweep file's and every run's.
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=/tmp/smoke --run --jobs=2 \
@@ -106,13 +106,15 @@ def commands(sweep: dict, root: str, python: str = sys.executable, multihost: bo
 
 def run_one(name: str, workdir: str, cmd: list) -> int:
     """Runs one sweep run to completion (skipped when its `final_metrics.json` exists; an interrupted run resumes),
-    its output appended to `workdir/log.txt`; returns its exit status."""
+    its console output (stdout and stderr: tracebacks, native crashes) appended to `workdir/console.txt` — the run
+    writes its own `workdir/log.txt`; returns its exit status."""
     if storage.exists(storage.join(workdir, "final_metrics.json")):
         print(f"[sweep] {name}: done, skipped", flush=True)
         return 0
-    # The run's log: in its workdir, or beside the sweep for a gs:// root (an object cannot be appended to).
+    # The run's console output: in its workdir, or beside the sweep for a gs:// root (an object cannot be appended
+    # to; the run's own log.txt is in the bucket).
     log_path = os.path.join(HERE, "runs", "sweep_logs", f"{name}.txt") if storage.is_url(workdir) else \
-        os.path.join(workdir, "log.txt")
+        os.path.join(workdir, "console.txt")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     print(f"[sweep] {name}: running ({shlex.join(cmd)}), log {log_path}", flush=True)
     with open(log_path, "a") as log:

@@ -2,7 +2,7 @@
 # Train on a Cloud TPU VM slice: create it, copy this repository to every worker, install, run main.py on all
 # workers at once (one process per host; with --config.multihost=True main.py joins them through
 # jax.distributed.initialize, which reads coordinator, process count and index from the TPU metadata, and fails
-# within --config.distributed.timeout_s [300 s] if a worker does not join).
+# within --config.distributed.initialization_timeout [1800 s] if a worker does not join).
 #
 #   launch/tpu_vm.sh create  NAME ZONE ACCELERATOR [VERSION]    e.g. launch/tpu_vm.sh create vit-l us-central2-b v4-32
 #   launch/tpu_vm.sh setup   NAME ZONE                           copy + pip install on all workers

@@ -4,6 +4,9 @@ import os
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# No persistent compilation cache unless a test asks for one: runs stay hermetic (nothing under ~/.cache), also the
+# main.py subprocesses, which inherit this ("" = off; see trainer.configure_compilation_cache).
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
 
 import numpy as np
 import pytest

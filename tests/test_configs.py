@@ -4,6 +4,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -79,7 +80,7 @@ def test_config_builds_and_trains(path, tmp_path):
     state, last = trainer.train_and_evaluate(c, str(tmp_path / "run"))
     assert int(state["step"]) == c.total_steps
     if arg == "runlocal" and path.startswith("configs/vit_"):  # offline smoke runs write no checkpoint
-        assert c.data.source == "sample_photos" and not list((tmp_path / "run" / "checkpoints").iterdir())
+        assert c.data.source == "sample_photos" and not (tmp_path / "run" / "checkpoints").exists()
     losses = [r["train/loss"] for r in metrics.read_metrics(str(tmp_path / "run")) if "train/loss" in r]
     assert losses and np.isfinite(losses).all()
     assert 0.0 <= last["eval/accuracy"] <= 1.0
@@ -137,6 +138,8 @@ def test_sweep_expands_and_every_run_builds(tmp_path):
         assert parts["total_steps"] == (8 if c.model.name == "vit" else 500)
         assert bool(c.fewshot.every_steps) == ("steps=8,fewshot" in run["config"])
     assert any("--config.model.attention=positional" in cmd for _, _, cmd in cmds)
+    for example in re.findall(r"--sweep=(configs/sweeps/\S+\.py(?::\S+)?)", sweep.__doc__):  # the docstring's
+        sweep.load_sweep(os.path.join(ROOT, example))
     assert sum("--config.model.width=16" in cmd and "model=vgg19" in cmd[2] for _, _, cmd in cmds) == 4
 
 
@@ -173,7 +176,9 @@ def test_sweep_runs_jobs_in_parallel_and_skips_finished_runs(tmp_path, capsys):
     for s in (0, 1):
         with open(tmp_path / "runs" / f"seed={s}" / "final_metrics.json") as f:
             assert json.load(f)["step"] == 2
-        assert "step 2/2" in (tmp_path / "runs" / f"seed={s}" / "log.txt").read_text()
+        log = (tmp_path / "runs" / f"seed={s}" / "log.txt").read_text()  # the run's own log, once
+        assert log.count("step 2/2: loss") == 1 and log.count("] done: step 2; ") == 1
+        assert "Traceback" not in (tmp_path / "runs" / f"seed={s}" / "console.txt").read_text()
     capsys.readouterr()
     assert sweep.main(args) == 0
     assert capsys.readouterr().out.count("done, skipped") == 2

@@ -4,8 +4,9 @@ Everything goes through `etils.epath` (local files through `os`, `gs://` through
 `data.root`, an `init_from` or a report folder can live in a bucket. URLs never go through `os.path`: joins are
 done by `epath.Path`. Object stores have no append and no rename, and an object is replaced whole, so:
 
-- `write_text` / `write_bytes` replace a file atomically: locally a temporary file then `os.replace`; on a store
-  one upload (an object is either the old or the new version, never half of one).
+- `write_text` / `write_bytes` replace a file atomically: locally a temporary file (given the mode the process's umask
+  gives any new file, e.g. 0644 under 022) then `os.replace`; on a store one upload (an object is either the old or
+  the new version, never half of one).
 - Appending logs (`train/metrics.py`) keep their records in memory and rewrite the whole object.
 
 Errors of the store (bucket missing, no credentials, the service gone) are raised as `StorageError` naming the
@@ -141,6 +142,7 @@ def write_bytes(p, data: bytes) -> None:
         target = path(p)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets the mode open() would give it
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
@@ -154,8 +156,36 @@ def write_bytes(p, data: bytes) -> None:
         raise _wrap("cannot write", p, e) from e
 
 
+def _umask() -> int:
+    """The process's file-creation mask, read from /proc (setting and resetting it, the portable way, would open a
+    moment in which another thread's new files get mode 0666)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text(p, text: str) -> None:
     write_bytes(p, text.encode("utf-8"))
+
+
+def append_line(f, p, line: str) -> None:
+    """Appends `line` and a newline to `f`, an open local file (of path `p`: append-only logs), and flushes it.
+
+    Raises:
+      StorageError: naming `p` (disk full, read-only, …).
+    """
+    try:
+        f.write(line + "\n")
+        f.flush()
+    except OSError as e:
+        raise StorageError(f"cannot write {p}: {e}") from e
 
 
 def remove(p) -> None:

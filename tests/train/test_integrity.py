@@ -54,7 +54,9 @@ def test_broken_checkpoints_are_skipped_naming_step_and_file_and_none_restoring_
     assert int(state["step"]) == 8 and sorted(os.listdir(ck)) == ["4", "6", "8"]
     assert _train_steps(wd) == list(range(1, 9))  # each step once
 
-    # Every step broken: the run refuses to start over silently and lists what it tried.
+    # Every step broken: the run refuses to start over silently and lists what it tried. (A finished run is not
+    # restored at all — its final_metrics.json says it is complete — so this one is made unfinished first.)
+    (wd / "final_metrics.json").unlink()
     for s in os.listdir(ck):
         with open(ck / s / "_CHECKPOINT_METADATA", "w") as f:
             f.write("{")

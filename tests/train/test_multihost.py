@@ -3,7 +3,7 @@
 A 2-process run, rolled back to its step-2 checkpoint and relaunched, resumes and logs the same losses and eval
 results as its uninterrupted self, bitwise; only process 0 writes metrics, TensorBoard and INFO logs; the processes
 write each Orbax checkpoint together (the grain iterator state once per process). A run with one of its two
-processes missing fails with a clear error within `config.distributed.timeout_s`.
+processes missing fails with a clear error within `config.distributed.initialization_timeout`.
 """
 
 import json
@@ -55,7 +55,7 @@ def _launch(workdir, total_steps, ids=(0, 1), timeout_s=60, limit_s=600, log_dir
             procs.append(subprocess.Popen(
                 [sys.executable, "main.py", *TINY, f"--workdir={workdir}", f"--config.total_steps={total_steps}",
                  f"--config.distributed.coordinator_address=127.0.0.1:{port}", f"--config.distributed.process_id={i}",
-                 f"--config.distributed.timeout_s={timeout_s}"], cwd=ROOT, env=env, stdout=log,
+                 f"--config.distributed.initialization_timeout={timeout_s}"], cwd=ROOT, env=env, stdout=log,
                 stderr=subprocess.STDOUT))
     deadline = time.time() + limit_s
     try:
@@ -101,8 +101,9 @@ def test_two_processes_train_checkpoint_and_resume_bitwise(tmp_path):
     assert sorted(f for f in os.listdir(ckpts / "4" / "data") if f.endswith(".json")) == [
         "process_0-of-2.json", "process_1-of-2.json"]
     assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(ckpts / "4" / "state"))
-    assert sorted(os.listdir(wd)) == ["checkpoints", "config.json", "final_metrics.json", "lock", "metrics.jsonl",
-                                      "tensorboard"]
+    assert sorted(os.listdir(wd)) == ["checkpoints", "config.json", "curves.png", "final_metrics.json", "lock",
+                                      "log.txt", "metrics.jsonl", "tensorboard"]
+    assert "done: step 4; " in (wd / "log.txt").read_text()  # process 0's log
     assert len(os.listdir(wd / "tensorboard")) == 1  # one event file: process 0's
 
     # Roll the run back to its step-2 checkpoint, as if both hosts had died right after writing it, and relaunch.
@@ -127,6 +128,9 @@ def test_missing_process_fails_clearly_within_the_timeout(tmp_path):
     assert rc != 0, log[-3000:]
     assert "distributed start-up timed out" in log and "not every process joined" in log, log[-3000:]
     assert "expected 2 processes, this process id 0" in log and "coordinator 127.0.0.1:" in log
+    errors = [line for line in log.splitlines() if line.startswith("error: ")]
+    assert rc == 1 and len(errors) == 1 and "config.distributed.initialization_timeout=3" in errors[0], log[-3000:]
+    assert "Traceback" not in log
     assert elapsed < 60, elapsed  # ours (3 s) and not the library's deadline (63 s), which would abort instead
     assert not (tmp_path / "w").exists()
 
@@ -140,8 +144,8 @@ def test_check_joined_names_what_was_expected_and_found():
         distributed.check_joined(None, [0], [4, 8])
     with pytest.raises(ValueError, match=r"config.distributed.process_id 2 must be in \[0, 2\)"):
         distributed.initialize({"coordinator_address": "127.0.0.1:1", "num_processes": 2, "process_id": 2})
-    with pytest.raises(ValueError, match=r"timeout_s 0.0 must be positive"):
-        distributed.initialize({"timeout_s": 0})
+    with pytest.raises(ValueError, match=r"config.distributed.initialization_timeout 0 must be positive"):
+        distributed.initialize({"initialization_timeout": 0})
 
 
 def test_two_processes_on_a_bucket_resume_bitwise_and_only_process_0_writes_metrics(gcs, tmp_path):

@@ -214,72 +214,9 @@ def skip_norms(r: dict, path):
     _save(fig, path)
 
 
-CURVE_PANELS = (("train/loss", "train loss"), ("eval/accuracy", "eval accuracy"),
-                ("fewshot/", "few-shot accuracy (ridge on pre-logits)"))
-
-
-def _series(records, key):
-    """`(steps, values)` of `key` in metrics records (`[{"step": …, key: …}]`), sorted by step; last value wins."""
-    pts = {}
-    for r in records:
-        if key in r and r[key] is not None:
-            pts[int(r["step"])] = float(r[key])
-    steps = sorted(pts)
-    return np.asarray(steps), np.asarray([pts[s] for s in steps])
-
-
-def fewshot_keys(records) -> list[str]:
-    """The `fewshot/<name>_<k>shot` keys present, sorted by name then k."""
-    keys = {k for r in records for k in r if k.startswith("fewshot/")}
-
-    def order(k):
-        name, _, shots = k[len("fewshot/"):].rpartition("_")
-        return name, int(shots[:-4]) if shots[:-4].isdigit() else 0
-    return sorted(keys, key=order)
-
-
-def training_curves(runs: dict, path, title: str):
-    """Train loss, eval accuracy and few-shot accuracy vs step, one panel each, one colour per run.
-
-    `runs`: `{label: metrics records}` (`train/metrics.py:read_metrics`): one run gives its own curves, several
-    overlay them (a comparison's arms). The few-shot panel shows the 10-shot probes (all k when there is no 10-shot
-    key), one line style per few-shot dataset; the run legend sits outside the panels, right of the figure.
-
-    Raises:
-      ValueError: `runs` is empty.
-    """
-    if not runs:
-        raise ValueError("training_curves needs at least one run")
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8), layout="constrained")
-    styles = ("-", "--", "-.", ":")
-    colors = plt.get_cmap("tab10")(np.arange(len(runs)) % 10)
-    datasets: dict = {}
-    handles = []
-    for (label, records), color in zip(runs.items(), colors, strict=True):
-        for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
-            x, y = _series(records, key)
-            if len(x):
-                ax.plot(x, y, color=color, marker="o" if len(x) < 20 else None, ms=3, label=label)
-        handles.append(plt.Line2D([], [], color=color, label=label))
-        keys = fewshot_keys(records)
-        keys = [k for k in keys if k.endswith("_10shot")] or keys
-        for key in keys:
-            x, y = _series(records, key)
-            short = key[len("fewshot/"):]
-            style = datasets.setdefault(short, styles[len(datasets) % len(styles)])
-            axes[2].plot(x, y, style, color=color, marker="o", ms=3)
-    for ax, (key, name) in zip(axes, CURVE_PANELS, strict=True):
-        ax.set_xlabel("step")
-        ax.set_ylabel(name)
-        if not ax.lines:
-            ax.text(0.5, 0.5, f"no {key.rstrip('/')} metrics", ha="center", va="center", transform=ax.transAxes)
-    if datasets:
-        axes[2].legend([plt.Line2D([], [], color="k", ls=st) for st in datasets.values()], list(datasets),
-                       fontsize=7, title="few-shot probe", title_fontsize=7)
-    fig.legend(handles=handles, loc="outside right upper", fontsize=7, title="run", title_fontsize=7)
-    fig.suptitle(textwrap.fill(title, 150), fontsize=9)
-    storage.savefig(fig, path, dpi=110)
-    plt.close(fig)
+# The training-curve figure lives with the trainer, which draws each run's own curves.png; re-exported here for the
+# report and the data-size study.
+from vit_jax_struct.train.curves import CURVE_PANELS, _series, fewshot_keys, training_curves  # noqa: E402,F401
 
 
 def report(results: dict, out_dir: str) -> str:

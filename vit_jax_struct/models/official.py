@@ -85,6 +85,7 @@ def read_npz(path) -> dict[str, np.ndarray]:
 
     Raises:
       FileNotFoundError: no such file, or the URL cannot be read (with how to copy it locally).
+      ValueError: a local file that is not an `.npz` archive (e.g. empty), with its size.
     """
     from etils import epath
 
@@ -97,7 +98,13 @@ def read_npz(path) -> dict[str, np.ndarray]:
         # A seekable file handle: np.load reads the arrays one by one, never the whole file as one bytes object.
         with epath.Path(path).open("rb") as f, np.load(f, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except Exception as e:  # Missing file-system backend, permissions, network: all mean "copy it first".
+    except Exception as e:
+        if "://" not in path:  # A local file that is there but is no .npz archive (an empty or HTML download).
+            size = os.path.getsize(path)
+            raise ValueError(f"checkpoint {path!r} is not an .npz archive (" + (
+                "an empty file, 0 bytes" if not size else f"{size:,} bytes: {type(e).__name__}: {e}") +
+                "); download it again (published files: docs/published_models.md)") from e
+        # Missing file-system backend, permissions, network: all mean "copy it first".
         raise FileNotFoundError(
             f"checkpoint {path!r} could not be read ({type(e).__name__}: {e}); copy it to a local file first, "
             f"e.g. `gsutil cp {path} /tmp/`, and pass that path (gs:// needs the gcsfs package)") from e
@@ -243,7 +250,7 @@ def resize_posemb(posemb, new_grid, *, old_grid=None, num_prefix: int = 0, metho
     nh, nw = (int(x) for x in new_grid)
     grid = grid.reshape(h, w, d)
     if (h, w) == (nh, nw):
-        out = grid
+        out = grid  # nothing to resample, nothing to log
     elif method == "zoom":
         import scipy.ndimage
 
@@ -252,7 +259,9 @@ def resize_posemb(posemb, new_grid, *, old_grid=None, num_prefix: int = 0, metho
             raise ValueError(f"scipy zoom gave grid {out.shape[:2]}, wanted {(nh, nw)}")
     else:
         out = np.asarray(jax.image.resize(grid.astype(np.float32), (nh, nw, d), method))
-    logging.info("posemb: resampled grid %dx%d -> %dx%d (%s), %d CLS entries kept", h, w, nh, nw, method, num_prefix)
+    if (h, w) != (nh, nw):
+        logging.info("posemb: resampled grid %dx%d -> %dx%d (%s), %d CLS entries kept", h, w, nh, nw, method,
+                     num_prefix)
     return np.concatenate([prefix.astype(np.float32), out.reshape(1, nh * nw, d).astype(np.float32)], axis=1)
 
 

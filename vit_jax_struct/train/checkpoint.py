@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 from vit_jax_struct import storage
 from vit_jax_struct.models import bit, official, vit
+from vit_jax_struct.train.runlog import short_error
 from vit_jax_struct.train.sharding import path_str
 
 
@@ -150,7 +151,7 @@ class Checkpointer:
         try:
             self.manager.check_for_errors()
         except Exception as e:
-            raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {type(e).__name__}: {e}") from e
+            raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {short_error(e)}") from e
 
     def save(self, step: int, state, data_iterator) -> None:
         """Saves `state` and the iterator position as checkpoint `step` (asynchronously if enabled).
@@ -163,7 +164,7 @@ class Checkpointer:
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
         except Exception as e:
-            raise CheckpointError(f"cannot save checkpoint {self.step_dir(step)}: {type(e).__name__}: {e}") from e
+            raise CheckpointError(f"cannot save checkpoint {self.step_dir(step)}: {short_error(e)}") from e
 
     def wait(self) -> None:
         """Blocks until pending saves are complete.
@@ -174,7 +175,7 @@ class Checkpointer:
         try:
             self.manager.wait_until_finished()
         except Exception as e:
-            raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {type(e).__name__}: {e}") from e
+            raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {short_error(e)}") from e
         self.check()
 
     def restore(self, step: int, abstract_state, data_iterator=None, data_workers: int | None = None):
@@ -242,7 +243,7 @@ class Checkpointer:
                 self._check_files(step)
                 self.manager.item_metadata(step)["state"].tree  # noqa: B018 -- raises on unreadable metadata
             except Exception as e:
-                tried.append((step, f"{type(e).__name__}: {e}"))
+                tried.append((step, short_error(e, 300)))
                 logging.warning("checkpoint step %d in %s is unreadable, skipping it: %s", step, self.directory,
                                 tried[-1][1])
                 continue
@@ -253,9 +254,9 @@ class Checkpointer:
             except ValueError as e:
                 if "does not match the model" in str(e):
                     raise
-                tried.append((step, f"{type(e).__name__}: {e}"))
-            except Exception as e:
-                tried.append((step, f"{type(e).__name__}: {e}"))
+                tried.append((step, short_error(e, 300)))
+            except Exception as e:  # TensorStore's errors carry the whole JSON spec: the first line, cut short
+                tried.append((step, short_error(e, 300)))
             else:
                 self._set_aside([s for s, _ in tried])
                 return step, state
@@ -285,10 +286,23 @@ class Checkpointer:
         self.manager.reload()
 
     def close(self) -> None:
+        """Waits for pending saves, then closes the manager.
+
+        Raises:
+          CheckpointError: a pending save failed (the manager is closed all the same), or closing failed.
+        """
         try:
             self.wait()
-        finally:
+        except CheckpointError:
+            try:
+                self.manager.close()
+            except Exception as e:  # the same failure again: the first report is the one to keep
+                logging.debug("closing the checkpoint manager after a failed save: %s", short_error(e))
+            raise
+        try:
             self.manager.close()
+        except Exception as e:
+            raise CheckpointError(f"closing the checkpoints in {self.directory} failed: {short_error(e)}") from e
 
 
 def official_options(config, model) -> dict:

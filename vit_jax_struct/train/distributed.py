@@ -12,7 +12,8 @@ VM metadata, SLURM, Open MPI, `JAX_COORDINATOR_ADDRESS`, …):
 - `coordinator_address`: `"host:port"` of process 0, which runs the coordination service.
 - `num_processes`: how many processes (one per host) make up the run.
 - `process_id`: this process's index in `[0, num_processes)`.
-- `timeout_s`: seconds to wait for all processes to join (and for the check after it).
+- `initialization_timeout`: seconds to wait for all processes to join (and for the check after it); default 1,800 s,
+  as large pods use (JAX's own default, 300 s, is short for a pod whose hosts start minutes apart).
 
 Why a thread: when a process is missing, the library's own `initialization_timeout` ends in an abort of the C++
 coordination client (`SIGABRT`, "DEADLINE_EXCEEDED … RegisterTask"), which Python cannot catch. Connecting in a
@@ -50,22 +51,22 @@ def _settings(dist_config) -> dict:
 
     Raises:
       ValueError: a negative `num_processes`, a `process_id` below -1, or a `process_id` not below `num_processes`,
-        or a non-positive `timeout_s`.
+        or a non-positive `initialization_timeout`.
     """
     cfg = dict(dist_config or {})
     address = cfg.get("coordinator_address") or None
     num = int(cfg.get("num_processes", 0))
     pid = int(cfg.get("process_id", -1))
-    timeout = float(cfg.get("timeout_s", 300))
+    timeout = float(cfg.get("initialization_timeout", 1800))
     if num < 0:
         raise ValueError(f"config.distributed.num_processes {num} must be positive (0: from the environment)")
     if pid < -1 or (num and pid >= num):
         raise ValueError(f"config.distributed.process_id {pid} must be in [0, {num or 'num_processes'}) "
                          "(-1: from the environment)")
     if timeout <= 0:
-        raise ValueError(f"config.distributed.timeout_s {timeout} must be positive (seconds)")
+        raise ValueError(f"config.distributed.initialization_timeout {timeout:g} must be positive (seconds)")
     return {"coordinator_address": address, "num_processes": num or None, "process_id": None if pid < 0 else pid,
-            "timeout_s": timeout}
+            "initialization_timeout": timeout}
 
 
 def check_joined(expected: int | None, found_indices, found_local_devices) -> None:
@@ -111,17 +112,18 @@ def initialize(dist_config=None) -> None:
     """Joins this process to the run (`jax.distributed.initialize`) and checks that every process joined.
 
     Args:
-      dist_config: `config.distributed` (see the module docstring); None: everything from the environment, 300 s.
+      dist_config: `config.distributed` (see the module docstring); None: everything from the environment, 1,800 s.
 
     Raises:
       ValueError: bad `config.distributed` values.
-      TimeoutError: not every process joined within `timeout_s` (names the coordinator, the expected count and this
-        process's id), or the check after joining did not finish within the remaining time.
+      TimeoutError: not every process joined within `initialization_timeout` (one line naming the coordinator, the
+        expected count and the process that waited), or the check after joining did not finish within the remaining
+        time (naming the processes that joined).
       RuntimeError: the library failed (e.g. no coordinator address in the environment), or the processes that
         joined are not `0 … n-1` with equal local device counts (`check_joined`).
     """
     s = _settings(dist_config)
-    timeout = s.pop("timeout_s")
+    timeout = s.pop("initialization_timeout")
     stage, error = ["joining"], []
 
     def work():
@@ -143,15 +145,25 @@ def initialize(dist_config=None) -> None:
     where = (f"coordinator {s['coordinator_address'] or '<from environment>'}, expected "
              f"{s['num_processes'] or '<from environment>'} processes, this process id "
              f"{'<from environment>' if s['process_id'] is None else s['process_id']}")
+    def joined():
+        """The processes known to have joined: after joining, the global device table; before, only this one (the
+        coordination service does not tell a waiting client who else registered)."""
+        if stage[0] == "joining":
+            return "; which processes did register is known only to the coordinator, not to a waiting client"
+        try:
+            return f"; joined: processes {sorted({d.process_index for d in jax.devices()})}"
+        except Exception:  # the backend itself may be what hangs
+            return ""
+
     if thread.is_alive():
         what = ("not every process joined the coordination service" if stage[0] == "joining" else
                 "the processes joined but the first cross-process collective (process index all-gather) did not "
                 "complete")
         raise TimeoutError(
             f"distributed start-up timed out after {time.time() - start:.0f} s "
-            f"(config.distributed.timeout_s={timeout:g}): {what} ({where}). Start every process with the same "
-            "coordinator_address and num_processes and distinct process_id, check that the coordinator's port is "
-            "reachable, or raise config.distributed.timeout_s.")
+            f"(config.distributed.initialization_timeout={timeout:g}): {what} ({where}{joined()}). Start every "
+            "process with the same coordinator_address and num_processes and distinct process_id, check that the "
+            "coordinator's port is reachable, or raise config.distributed.initialization_timeout.")
     if error:
         if isinstance(error[0], RuntimeError) and str(error[0]).startswith("distributed start-up"):
             raise error[0]

@@ -85,7 +85,11 @@ class WorkdirLock:
 
         storage.makedirs(self.workdir)
         p = str(storage.path(self.path))
-        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides, as for every file of the run
+        except OSError as e:  # a read-only workdir (EACCES, EROFS), a full disk
+            raise storage.StorageError(f"cannot create the workdir lock {p}: {e.strerror or e} (the workdir must "
+                                       "be writable)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

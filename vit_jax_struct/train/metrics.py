@@ -9,7 +9,11 @@ by one. Object stores have no append: the records are kept in memory and the who
 every `flush_secs` seconds and at every checkpoint (`flush()`), so a run killed without warning loses at most the
 records since the last flush — all of them after its last checkpoint, which the resumed run logs again. TensorBoard
 events for a `gs://` workdir are written to a local staging folder and uploaded whole at the same moments (files
-roll over at `tb_chunk_bytes`, so one upload stays small on a long run).
+roll over at `tb_chunk_bytes`, so one upload stays small on a long run). `workdir/log.txt` (`train/runlog.py`), when
+given, is flushed (uploaded) with the metrics.
+
+A failing disk or store (full, read-only, gone) surfaces as one `storage.StorageError` naming the file, from the
+TensorBoard event files too.
 """
 
 from __future__ import annotations
@@ -50,19 +54,21 @@ class MetricWriter:
         None keeps the file as it is.
       flush_secs: object stores only: the longest time between two uploads of the records.
       tb_chunk_bytes: object stores only: start a new event file past this size.
+      runlog: a `train/runlog.RunLog` flushed (uploaded) together with the metrics.
 
     Raises:
       storage.StorageError: the file cannot be read or written (names it).
     """
 
     def __init__(self, workdir: str, tensorboard: bool = True, resume_step: int | None = None,
-                 flush_secs: float = 30.0, tb_chunk_bytes: int = 4 << 20):
+                 flush_secs: float = 30.0, tb_chunk_bytes: int = 4 << 20, runlog=None):
         self.active = jax.process_index() == 0
         self.workdir = str(workdir)
         self.path = storage.join(workdir, "metrics.jsonl")
         self.remote = storage.is_url(workdir)
         self.flush_secs, self.tb_chunk_bytes = float(flush_secs), int(tb_chunk_bytes)
         self.tb = self.file = None
+        self.runlog = runlog
         self._lines: list[str] = []
         self._dirty, self._last_flush, self._failed = False, time.time(), False
         if not self.active:
@@ -95,13 +101,8 @@ class MetricWriter:
             for k, v in values.items():
                 self.tb.add_scalar(k, v, int(step))
         if self.file is not None:
-            try:
-                self.file.write(line + "\n")
-                self.file.flush()
-            except OSError as e:
-                raise storage.StorageError(f"cannot write {self.path}: {e}") from e
-            if self.tb is not None:
-                self.tb.flush()
+            storage.append_line(self.file, self.path, line)
+            self._flush_tensorboard()
         else:
             self._lines.append(line)
             self._dirty = True
@@ -113,22 +114,47 @@ class MetricWriter:
         if not self.active:
             return
         if self.file is not None:
-            self.file.flush()
-            os.fsync(self.file.fileno())
+            try:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+            except OSError as e:
+                raise storage.StorageError(f"cannot write {self.path}: {e}") from e
+            self._flush_tensorboard()
+            if self.runlog is not None:
+                self.runlog.flush()
             return
         if self._failed:
             return
         try:
             if self.tb is not None:
-                self.tb.flush()
+                self._flush_tensorboard()
                 self._upload_tensorboard()
             if self._dirty:
                 storage.write_text(self.path, "".join(line + "\n" for line in self._lines))
                 self._dirty = False
+            if self.runlog is not None:
+                self.runlog.flush()
         except storage.StorageError:
             self._failed = True  # The store is gone: report once, do not retry on close.
             raise
         self._last_flush = time.time()
+
+    def _flush_tensorboard(self) -> None:
+        if self.tb is None:
+            return
+        where = self._staging or self._tb_dir
+        try:
+            self.tb.flush()
+        except OSError as e:  # tensorboardX raises the disk's error as is (ENOSPC, EROFS)
+            raise storage.StorageError(f"cannot write the TensorBoard event file in {where}: {e}") from e
+
+    def records(self) -> list[dict]:
+        """Every record written so far (this run's and the kept ones of earlier runs), in file order."""
+        if not self.active:
+            return []
+        if self.file is not None:
+            return _records(storage.read_text(self.path))
+        return _records("\n".join(self._lines))
 
     def _upload_tensorboard(self, final: bool = False) -> None:
         """Uploads the staged event file(s) whole; one past `tb_chunk_bytes` is closed first and replaced by a new
@@ -149,12 +175,21 @@ class MetricWriter:
             self._chunk += 1
             self.tb = SummaryWriter(self._staging, filename_suffix=f".{self._chunk}")
 
-    def close(self) -> None:
-        """Flushes everything (uploads on an object store) and closes the files."""
+    def close(self, upload: bool = True) -> None:
+        """Flushes everything (uploads on an object store) and closes the files.
+
+        `upload=False` (stopping because the store failed): closes without another upload, which would only wait
+        out the store's retries again; the records since the last flush are logged again by the resumed run."""
         if not self.active:
             return
+        if not upload:
+            self._failed = True
         try:
-            if self.remote:
+            if self.remote and self._failed:
+                if self.tb is not None:
+                    self.tb.close()
+                    shutil.rmtree(self._staging, ignore_errors=True)
+            elif self.remote:
                 if self.tb is not None:
                     self.tb.close()
                     self._upload_tensorboard(final=True)
@@ -163,7 +198,11 @@ class MetricWriter:
                 self.flush()
             else:
                 if self.tb is not None:
-                    self.tb.close()
+                    try:
+                        self.tb.close()
+                    except OSError as e:
+                        raise storage.StorageError(f"cannot write the TensorBoard event file in {self._tb_dir}: "
+                                                   f"{e}") from e
                 if self.file is not None:
                     self.file.close()
         finally:

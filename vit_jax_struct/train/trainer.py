@@ -13,9 +13,13 @@ checkpoint that does not match the model) is checked before anything is written 
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
+import os
+import shutil
 import signal
+import sys
 import threading
 import time
 
@@ -30,37 +34,46 @@ from jax.sharding import PartitionSpec as P
 from vit_jax_struct import storage
 from vit_jax_struct.data import mixup, permute, pipeline, preprocess, sources
 from vit_jax_struct.models import get_model
-from vit_jax_struct.train import checkpoint, fewshot_eval, lock, optim, sharding, validate
+from vit_jax_struct.train import checkpoint, curves, fewshot_eval, lock, optim, sharding, timing, validate
 from vit_jax_struct.train import metrics as metrics_lib
+from vit_jax_struct.train import runlog as runlog_lib
 
 
-class _Preemption:
-    """SIGTERM sets a flag; the loop checkpoints at the next step and returns (single process).
+class _StopSignals:
+    """SIGTERM (pre-emption) and a first SIGINT (Ctrl-C) set a flag; the loop checkpoints at the next step and stops
+    (single process). A second SIGINT stops at once (KeyboardInterrupt; the checkpoint of the first may be missing).
 
-    With several processes the hosts agree through JAX's preemption sync point instead
-    (`multihost_utils.reached_preemption_sync_point`), which the coordination service drives.
+    With several processes the hosts agree on SIGTERM through JAX's preemption sync point instead
+    (`multihost_utils.reached_preemption_sync_point`), which the coordination service drives; Ctrl-C there keeps
+    Python's default (KeyboardInterrupt on the host that got it).
     """
 
     def __init__(self):
-        self.flag = False
-        self.previous = None
+        self.signum = None
+        self.previous = {}
         if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._handler)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, self._handler)
 
     def _handler(self, signum, frame):
-        logging.warning("received SIGTERM: saving a checkpoint after this step, then exiting")
-        self.flag = True
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: stop now
+        name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT (Ctrl-C; press again to stop at once)"
+        logging.warning("received %s: saving a checkpoint after this step, then exiting", name)
+        self.signum = signum
 
     def reached(self, step: int) -> bool:
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
-            return bool(multihost_utils.reached_preemption_sync_point(step))
-        return self.flag
+            if multihost_utils.reached_preemption_sync_point(step):
+                self.signum = signal.SIGTERM
+        return self.signum is not None
 
     def close(self):
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
 
 
 def _format_eta(seconds: float) -> str:
@@ -75,7 +88,8 @@ def build(config, devices=None):
     `data.train_examples` is set), `eval_source`, `train_pp`, `eval_pp` (wrapped in the patch permutation when
     `data.permute_patches`), `tx`, `schedule`, `per_host_batch`, `eval_per_host_batch`, `abstract_state`
     (`ShapeDtypeStruct`s with shardings), `init_state` (a jitted function of the init key), `num_classes`,
-    `total_steps` (scaled by the subset size when `data.scale_steps_with_data`), `permutation` (or None).
+    `total_steps` (scaled by the subset size when `data.scale_steps_with_data`), `permutation` (or None),
+    `full_train_examples` (the train split's size before any subset).
 
     Raises:
       ValueError / FileNotFoundError: with the offending config value and what is allowed.
@@ -146,6 +160,7 @@ def build(config, devices=None):
                 eval_pp=eval_pp, tx=tx, schedule=schedule, per_host_batch=per_host,
                 eval_per_host_batch=eval_per_host, abstract_state=abstract_state, num_classes=num_classes,
                 init_state=jax.jit(init_state, out_shardings=state_sh), total_steps=total_steps,
+                full_train_examples=len(full_train),
                 permutation=perm, value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))))
 
 
@@ -301,13 +316,26 @@ class Preempted(Exception):
     """
 
     EXIT_CODE = 143
+    WHAT = "pre-empted"
 
     def __init__(self, step: int, total: int, directory: str, saved: bool = True):
-        super().__init__(f"pre-empted: saved checkpoint at step {step} of {total} in {directory}; rerun the same "
+        super().__init__(f"{self.WHAT}: saved checkpoint at step {step} of {total} in {directory}; rerun the same "
                          "command to resume" if saved else
-                         f"pre-empted at step {step} of {total}; no checkpoint written (config.save_checkpoints="
+                         f"{self.WHAT} at step {step} of {total}; no checkpoint written (config.save_checkpoints="
                          "False), so a rerun starts over")
         self.step, self.total = step, total
+
+
+class Interrupted(Preempted):
+    """The run stopped on Ctrl-C (SIGINT) after checkpointing `step`; `main.py` exits 130 (128 + SIGINT)."""
+
+    EXIT_CODE = 130
+    WHAT = "interrupted"
+
+
+class RunError(RuntimeError):
+    """A failure after the run began writing its workdir that would otherwise read as a usage error (e.g. an image
+    found unreadable mid-run): `main.py` exits 1, not 2. The message is the original's type and first line."""
 
 
 def _final_metrics(workdir: str, step: int, last: dict) -> dict:
@@ -327,42 +355,112 @@ def train_and_evaluate(config, workdir: str, devices=None):
 
     Args:
       config: an `ml_collections.ConfigDict` as returned by a `configs/*.py` `get_config`.
-      workdir: run folder: `config.json`, `checkpoints/<step>/`, `metrics.jsonl`, `tensorboard/`,
-        `final_metrics.json`, `lock` (held while a run trains; see `train/lock.py`).
+      workdir: run folder: `config.json`, `checkpoints/<step>/`, `metrics.jsonl`, `tensorboard/`, `log.txt`,
+        `curves.png`, `final_metrics.json`, `lock` (held while a run trains; see `train/lock.py`).
       devices: devices for the mesh (default: all).
 
     Returns:
       `(state, last_metrics)`: the final train state (`{"step", "params", "opt_state"}`) and the last logged
-      values (`"eval/accuracy"` … ). A run that is already complete returns its state and `final_metrics.json`
-      without writing anything.
+      values (`"eval/accuracy"` … , `"goodput"`, `"time/…"`). A run that is already complete (its
+      `final_metrics.json` has reached `total_steps`) returns `(None, final_metrics)` without restoring, locking or
+      writing anything.
 
     Raises:
       validate.ConfigError / ValueError / FileNotFoundError: bad config or data, or a checkpoint that does not
         match the model — all before anything is written.
-      storage.StorageError: the workdir's bucket is missing or unreachable (at start-up), or a write failed.
+      storage.StorageError: the workdir's bucket is missing or unreachable (at start-up), the workdir cannot be
+        written (read-only), or a write failed.
       lock.WorkdirBusyError: another run is training in this workdir.
-      checkpoint.CheckpointError: a checkpoint save failed (the run stops at the next step), or checkpoints exist
-        but none restores.
+      checkpoint.CheckpointError: a checkpoint save failed (the run stops at the next step; this error wins over
+        the failures of other writes to the same disk or store), or checkpoints exist but none restores.
       FloatingPointError: the loss became NaN/inf; names the step range and the last good checkpoint.
-      Preempted: SIGTERM; raised after the checkpoint of the current step is complete.
+      RunError: any other failure once training has begun (e.g. an unreadable image), as one line.
+      Preempted / Interrupted: SIGTERM / Ctrl-C; raised after the checkpoint of the current step is complete.
     """
-    jax.config.update("jax_threefry_partitionable", True)  # Same parameters from the same seed on any mesh.
-    parts = build(config, devices)
-    storage.check_workdir(workdir)
-    mesh, abstract_state = parts["mesh"], parts["abstract_state"]
-    state_sh = jax.tree.map(lambda s: s.sharding, abstract_state)
-    train_it = pipeline.train_iterator(
-        parts["train_source"], parts["train_pp"], parts["per_host_batch"], seed=config.seed,
-        process_index=jax.process_index(), process_count=jax.process_count(),
-        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256),
-        worker_count=config.data.get("worker_count", 0))  # workers start at the first next(), after the restore
-
-    workdir_lock = _acquire_lock(workdir)
+    account = timing.TimeAccount()
+    runlog = runlog_lib.RunLog().start()  # buffers the records until the workdir may be written
     try:
-        return _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, workdir_lock)
+        logging.info("run in %s: %s; jax %s, %d %s devices, %d processes", workdir, " ".join(sys.argv),
+                     jax.__version__, jax.device_count(), jax.default_backend(), jax.process_count())
+        jax.config.update("jax_threefry_partitionable", True)  # Same parameters from the same seed on any mesh.
+        parts = build(config, devices)
+        storage.check_workdir(workdir)
+        final_path = storage.join(workdir, "final_metrics.json")
+        final = _complete(final_path, parts["total_steps"])
+        if final is not None:
+            return None, final
+        cache_dir = configure_compilation_cache(config.get("compilation_cache_dir", "auto"))
+        logging.info("persistent compilation cache: %s", cache_dir or "off")
+        train_it = pipeline.train_iterator(
+            parts["train_source"], parts["train_pp"], parts["per_host_batch"], seed=config.seed,
+            process_index=jax.process_index(), process_count=jax.process_count(),
+            num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256),
+            worker_count=config.data.get("worker_count", 0))  # workers start at the first next(), after the restore
+        workdir_lock = _acquire_lock(workdir)
+        try:
+            return _train(config, workdir, parts, train_it, workdir_lock, runlog, account)
+        finally:
+            if workdir_lock is not None:
+                workdir_lock.release()
     finally:
-        if workdir_lock is not None:
-            workdir_lock.release()
+        runlog.close(upload=False)  # _train uploads it with the metrics; here only the local file is closed
+
+
+def _complete(final_path: str, total: int) -> dict | None:
+    """`final_metrics.json` (without "step") if it says the run reached `total` steps, else None."""
+    if not storage.exists(final_path):
+        return None
+    final = json.loads(storage.read_text(final_path))
+    if final.get("step", -1) < total:
+        return None
+    logging.info("training already complete at step %d (%s): %s", final["step"], final_path,
+                 ", ".join(f"{k} {v:.4g}" for k, v in final.items() if k.startswith("eval/")))
+    return {k: v for k, v in final.items() if k != "step"}
+
+
+def default_compilation_cache_dir() -> str:
+    """`$XDG_CACHE_HOME/vit_jax_struct/jax_compilation_cache` (default `~/.cache/…`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "vit_jax_struct", "jax_compilation_cache")
+
+
+def configure_compilation_cache(setting: str) -> str | None:
+    """Turns on JAX's persistent compilation cache (`config.compilation_cache_dir`); returns the folder, or None.
+
+    `setting`: a folder or `gs://` URL (shared by every host of a pod; JAX reads it through etils epath), `""` (off),
+    or `"auto"`: `JAX_COMPILATION_CACHE_DIR` when set in the environment (empty: off), else off for a multi-process
+    CPU run (JAX writes the cache from process 0 only, and gloo gives CPU processes a fixed 30 s to meet at each new
+    collective, which a warm process 0 and a compiling process 1 would miss), else `default_compilation_cache_dir()`.
+    Every program is cached, however fast it compiled or small it is (JAX's default thresholds skip programs that
+    compile in under 1 s, i.e. most CPU programs here). Call before the first compilation of the process: JAX
+    initialises the cache once.
+    """
+    from jax.experimental.compilation_cache import compilation_cache
+
+    _count_cache_events()
+    if setting == "auto":
+        if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+            return jax.config.jax_compilation_cache_dir or None
+        multi_cpu = jax.process_count() > 1 and jax.default_backend() == "cpu"
+        setting = "" if multi_cpu else default_compilation_cache_dir()
+    target = str(storage.path(setting)) if setting else None
+    if target != jax.config.jax_compilation_cache_dir:
+        compilation_cache.reset_cache()  # JAX opens the cache once per process: another folder needs a reset
+        jax.config.update("jax_compilation_cache_dir", target)
+    if target:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return target
+
+
+CACHE_EVENTS = collections.Counter()  # "/jax/compilation_cache/cache_hits", "…/cache_misses" (entries written)
+
+
+def _count_cache_events():
+    if not getattr(_count_cache_events, "registered", False):
+        jax.monitoring.register_event_listener(
+            lambda event, **kw: CACHE_EVENTS.update([event]) if event.startswith("/jax/compilation_cache/") else None)
+        _count_cache_events.registered = True
 
 
 def _acquire_lock(workdir: str):
@@ -384,31 +482,31 @@ def _acquire_lock(workdir: str):
     return held
 
 
-def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, workdir_lock):
+def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
+    mesh, abstract_state = parts["mesh"], parts["abstract_state"]
+    state_sh = jax.tree.map(lambda s: s.sharding, abstract_state)
     save_checkpoints = config.get("save_checkpoints", True)
     ckpt = checkpoint.Checkpointer(storage.join(workdir, "checkpoints"), config.get("keep_checkpoints", 3),
-                                   timeout_s=config.get("checkpoint_timeout_s", 1200))
-    # Raises on a model or data.worker_count mismatch, writing nothing.
-    latest, state = ckpt.restore_latest(abstract_state, train_it, config.data.get("worker_count", 0))
+                                   timeout_s=config.get("checkpoint_timeout_s", 1200),
+                                   read_only=not save_checkpoints)  # no empty checkpoints/ for a run that saves none
     total = parts["total_steps"]
-    final_path = storage.join(workdir, "final_metrics.json")
+    with account.measure("restore"):
+        # Raises on a model or data.worker_count mismatch, writing nothing.
+        latest, state = ckpt.restore_latest(abstract_state, train_it, config.data.get("worker_count", 0))
     if latest is not None:
         logging.info("resuming from checkpoint %s (step %d of %d)", ckpt.step_dir(latest), latest, total)
-        if latest >= total and storage.exists(final_path):
-            ckpt.close()
-            final = json.loads(storage.read_text(final_path))
-            logging.info("training already complete at step %d (%s): %s", latest, final_path,
-                         ", ".join(f"{k} {v:.4g}" for k, v in final.items() if k.startswith("eval/")))
-            return state, {k: v for k, v in final.items() if k != "step"}
     else:
         state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))
         if config.get("init_from"):
-            params, src_step = checkpoint.load_params(  # an .npz: a published ViT checkpoint (models/official.py)
-                config.init_from, abstract_state["params"], state["params"],
-                checkpoint.official_options(config, parts["model"]) if config.init_from.endswith(".npz") else None)
+            with account.measure("restore"):
+                params, src_step = checkpoint.load_params(  # an .npz: a published checkpoint (models/official.py)
+                    config.init_from, abstract_state["params"], state["params"],
+                    checkpoint.official_options(config, parts["model"]) if config.init_from.endswith(".npz") else
+                    None)
             state["params"] = params
             logging.info("warm start: parameters from %s (step %d); optimizer state fresh", config.init_from,
                          src_step)
+    runlog.open(workdir)  # the run writes from here on: config.json, log.txt (with the records so far), metrics
     if jax.process_index() == 0:
         _write_config(config, workdir, latest or 0)
         if parts["permutation"] is not None:
@@ -418,8 +516,9 @@ def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, wor
     num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract_state["params"]))
     logging.info("model %s: %s parameters (%.2f M); mesh %s; global batch %d (%d per host)",
                  config.model.get("variant") or config.model.get("name"), f"{num_params:,}", num_params / 1e6,
-                 dict(mesh.shape),
-                 config.batch_size, parts["per_host_batch"])
+                 dict(mesh.shape), config.batch_size, parts["per_host_batch"])
+    logging.info("%s", runlog_lib.data_line(config, parts))
+    logging.info("%s", runlog_lib.augmentation_line(config))
 
     train_step = make_train_step(config, parts["model"], parts["tx"], parts["schedule"], parts["num_classes"],
                                  mesh, state_sh)
@@ -429,8 +528,9 @@ def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, wor
         config, parts["model"], parts["eval_pp"], mesh, model_variables(state_sh),
         parts["eval_per_host_batch"]) if fewshot_every else None
     writer = metrics_lib.MetricWriter(workdir, config.get("tensorboard", True), resume_step=latest or 0,
-                                      flush_secs=config.get("metrics_flush_secs", 30.0))
-    preemption = _Preemption()
+                                      flush_secs=config.get("metrics_flush_secs", 30.0), runlog=runlog)
+    profiler = StepProfiler(config.get("profile", {}), workdir)
+    stop_signals = _StopSignals()
     log_every = config.get("log_every_steps", 50)
     eval_every = config.get("eval_every_steps", 0)
     ckpt_every = config.get("checkpoint_every_steps", 0) if save_checkpoints else 0
@@ -440,92 +540,267 @@ def _train(config, workdir, parts, mesh, abstract_state, state_sh, train_it, wor
     nonfinite = jnp.zeros((), jnp.int32)
     skipped = 0  # examples replaced because they could not be decoded (data.decode_errors='skip')
     checked_step = step  # Steps up to here are known to have finite losses.
-    t_log, step_log = time.time(), step
+    compiled = False
+    m = None
 
     def check_finite(upto):
         nonlocal checked_step
         if int(jax.device_get(nonfinite)):
-            raise FloatingPointError(
-                f"the train loss became NaN or inf between steps {checked_step + 1} and {upto}; the last good "
-                f"checkpoint is step {ckpt.latest_step()} in {ckpt.directory}. Lower optim.lr or raise "
-                "optim.warmup_steps, then rerun to resume from it.")
+            good = ckpt.latest_step()
+            where = (f"the last good checkpoint is step {good} in {ckpt.directory}; lower optim.lr or raise "
+                     "optim.warmup_steps, then rerun to resume from it" if good is not None else
+                     "no checkpoint was written before it; lower optim.lr or raise optim.warmup_steps and rerun "
+                     "(it starts over)")
+            raise FloatingPointError(f"the train loss became NaN or inf between steps {checked_step + 1} and "
+                                     f"{upto}; {where}.")
         checked_step = upto
+
+    def finish_pending():  # The queued steps complete before eval or a save is timed (not per step).
+        if m is not None:
+            jax.block_until_ready(m)
 
     def save(step):
         check_finite(step)  # Never write a checkpoint of NaN parameters.
-        writer.flush()  # Every record up to the checkpoint is durable before it is.
-        ckpt.save(step, state, train_it)
+        finish_pending()
+        with account.measure("checkpoint"):
+            writer.flush()  # Every record up to the checkpoint is durable before it is.
+            ckpt.save(step, state, train_it)
+            write_curves(writer, workdir, config)
 
     try:
         if step >= total:
             logging.info("training already complete at step %d; evaluating the final parameters", step)
+        account.start_loop()
+        t_log, step_log = time.time(), step
         while step < total:
-            host_batch = next(train_it)
+            profiler.before_step(step + 1)
+            with account.measure("data_wait"):
+                host_batch = next(train_it)
             skipped += int(host_batch.pop("skipped", np.zeros(0)).sum())
             batch = sharding.global_batch(host_batch, mesh)
-            state, m = train_step(state, batch)
+            with jax.profiler.StepTraceAnnotation("train", step_num=step + 1):
+                if not compiled:  # This process's first step: tracing + compiling (or a cache hit), timed alone.
+                    with account.measure("compile"):
+                        state, m = train_step(state, batch)
+                    compiled = True
+                    logging.info("first train step compiled and dispatched in %.1f s (%.1f s since start); "
+                                 "persistent compilation cache: %d hits, %d entries written so far",
+                                 account.total["compile"], time.time() - account.start,
+                                 CACHE_EVENTS["/jax/compilation_cache/cache_hits"],
+                                 CACHE_EVENTS["/jax/compilation_cache/cache_misses"])
+                else:
+                    state, m = train_step(state, batch)
             nonfinite = nonfinite + m["nonfinite"]
             step += 1
+            if profiler.after_step(step, m, account):
+                t_log = time.time()  # Do not count writing the trace in images/s.
             ckpt.check()  # A failed background save stops the run now, not one interval later.
             if workdir_lock is not None:
                 workdir_lock.check()
             if step % log_every == 0 or step == total:
                 check_finite(step)
-                m = jax.device_get(m)
+                mh = jax.device_get(m)
                 now = time.time()
                 ips = (step - step_log) * config.batch_size / max(now - t_log, 1e-9)
                 eta = (total - step) * config.batch_size / max(ips, 1e-9)
-                last = {"train/loss": m["loss"], "train/lr": m["lr"], "train/grad_norm": m["grad_norm"],
+                last = {"train/loss": mh["loss"], "train/lr": mh["lr"], "train/grad_norm": mh["grad_norm"],
                         "train/epoch": step * config.batch_size / examples_per_epoch, "train/images_per_sec": ips}
                 if config.data.get("decode_errors", "raise") == "skip":
                     last["data/skipped"] = skipped
                     skipped = 0
-                writer.write(step, last)
-                logging.info("step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.1f img/s, ETA %s", step, total,
-                             m["loss"], m["lr"], m["grad_norm"], ips, _format_eta(eta))
+                times = account.interval()
+                writer.write(step, {**last, **times})
+                logging.info("step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.1f img/s, ETA %s (data wait %.0f %%)",
+                             step, total, mh["loss"], mh["lr"], mh["grad_norm"], ips, _format_eta(eta),
+                             100 * times["time/data_wait"] / max(sum(times.values()), 1e-9))
                 t_log, step_log = now, step
             if eval_every and (step % eval_every == 0 or step == total):
-                ev = evaluate(eval_step, model_variables(state), parts, mesh)
+                finish_pending()
+                with account.measure("eval"):
+                    ev = evaluate(eval_step, model_variables(state), parts, mesh)
                 writer.write(step, ev)
                 last.update(ev)
                 logging.info("step %d/%d: eval accuracy %.4f, eval loss %.4f", step, total, ev["eval/accuracy"],
                              ev["eval/loss"])
                 t_log = time.time()  # Do not count evaluation time in images/s.
             if fewshot_every and (step % fewshot_every == 0 or step == total):
-                fs = fewshot_evaluator.run(model_variables(state))
+                finish_pending()
+                with account.measure("fewshot"):
+                    fs = fewshot_evaluator.run(model_variables(state))
                 writer.write(step, fs)
                 last.update(fs)
                 t_log = time.time()
-            preempted = preemption.reached(step)
+            stopping = stop_signals.reached(step)
             if (save_checkpoints and step == total) or (ckpt_every and step % ckpt_every == 0) or \
-                    (preempted and save_checkpoints):
+                    (stopping and save_checkpoints):
                 save(step)
-            if preempted:
-                ckpt.wait()
+                t_log = time.time()
+            if stopping:
+                with account.measure("checkpoint"):
+                    ckpt.wait()
+                writer.write(step, account.interval())  # the time since the last log step, too
+                account.stop_loop()
+                logging.info("time: %s", timing.format_summary(account.summary()))
                 writer.flush()
-                stop = Preempted(step, total, ckpt.directory, saved=save_checkpoints)
+                kind = Interrupted if stop_signals.signum == signal.SIGINT else Preempted
+                stop = kind(step, total, ckpt.directory, saved=save_checkpoints)
                 logging.warning("%s", stop)
                 raise stop
+        account.stop_loop()
         if step >= total and "eval/accuracy" not in last:
-            ev = evaluate(eval_step, model_variables(state), parts, mesh)
+            with account.measure("eval"):
+                ev = evaluate(eval_step, model_variables(state), parts, mesh)
             writer.write(step, ev)
             last.update(ev)
             logging.info("final eval accuracy %.4f at step %d", ev["eval/accuracy"], step)
-        ckpt.wait()  # The final checkpoint is complete before the run says it is.
+        with account.measure("checkpoint"):
+            ckpt.wait()  # The final checkpoint is complete before the run says it is.
+        profiler.close()
+        account.interval()
+        summary = account.summary()
+        logging.info("time: %s", timing.format_summary(summary))
+        last.update(summary)
         if jax.process_index() == 0 and step >= total:
             writer.flush()
-            storage.write_text(final_path, json.dumps(_final_metrics(workdir, step, last), indent=2))
-    except BaseException:
-        preemption.close()
-        for close in (ckpt.close, writer.close):  # Keep the first error; report the others.
-            try:
-                close()
-            except Exception as e:
-                logging.error("while stopping after an error: %s: %s", type(e).__name__, e)
-        raise
-    preemption.close()
+            final = _final_metrics(workdir, step, last)
+            storage.write_text(storage.join(workdir, "final_metrics.json"), json.dumps(final, indent=2))
+            write_curves(writer, workdir, config)
+            outputs = ["config.json", "metrics.jsonl", "final_metrics.json", "log.txt"]
+            if config.get("tensorboard", True):
+                outputs.append("tensorboard/")
+            if save_checkpoints:
+                outputs.append(f"checkpoints/{step}/")
+            outputs.append("curves.png")
+            logging.info("%s", runlog_lib.closing_line(workdir, step, final, outputs))
+    except BaseException as e:
+        stop_signals.close()
+        profiler.close()
+        error = _stop_after_error(e, ckpt, writer, runlog)
+        if error is e:
+            raise
+        raise error from e
+    stop_signals.close()
     try:
         ckpt.close()
     finally:
         writer.close()
     return state, last
+
+
+_STORE_ERRORS = (OSError, checkpoint.CheckpointError)  # StorageError is an OSError
+
+
+def _stop_after_error(e: BaseException, ckpt, writer, runlog) -> BaseException:
+    """Closes the checkpointer and the writers after `e` stopped the loop; returns the error to raise.
+
+    A failed background save is the cause when another write to the same disk or store failed after it (disk full:
+    the TensorBoard flush fails first), so its `CheckpointError` (naming the checkpoint folder) wins. After a store
+    failure the writers close without another upload (it would wait out the store's retries once more). Errors of a
+    data source or model found mid-run (ValueError, …) become `RunError` (exit code 1, not the usage code 2)."""
+    errors = [e]
+    store_failed = isinstance(e, _STORE_ERRORS)
+    try:
+        ckpt.close()
+    except Exception as c:
+        logging.debug("while stopping: %s", c)
+        if isinstance(c, checkpoint.CheckpointError) and isinstance(e, OSError) and \
+                not isinstance(e, checkpoint.CheckpointError):
+            errors.insert(0, c)
+        else:
+            errors.append(c)
+        store_failed = True
+    try:
+        writer.close(upload=not store_failed)
+    except Exception as c:
+        errors.append(c)
+    error = errors[0]
+    if not isinstance(error, (storage.StorageError, checkpoint.CheckpointError, FloatingPointError,
+                              lock.WorkdirBusyError, Preempted, KeyboardInterrupt, SystemExit, RunError)) \
+            and isinstance(error, Exception):
+        error = RunError(runlog_lib.short_error(error))
+    for other in errors[1:]:
+        if other is not error:
+            logging.warning("while stopping after the error: %s", runlog_lib.short_error(other))
+    text = "interrupted (a second Ctrl-C)" if isinstance(error, KeyboardInterrupt) else \
+        runlog_lib.short_error(error)
+    if not isinstance(error, Preempted):  # (a pre-emption has logged its own line)
+        runlog.note(f"error: {text}")
+    try:
+        runlog.close(upload=not store_failed)
+    except Exception as c:
+        logging.warning("could not write log.txt: %s", runlog_lib.short_error(c))
+    return error
+
+
+def write_curves(writer, workdir: str, config) -> None:
+    """Draws `workdir/curves.png` from the records written so far (process 0; a failure to draw is a warning).
+
+    Raises:
+      storage.StorageError: the file cannot be written (disk full, store gone)."""
+    if jax.process_index() != 0:
+        return
+    records = writer.records()
+    try:
+        title = f"{storage.basename(workdir)}: {config.model.get('variant') or config.model.get('name')}"
+        curves.training_curves({storage.basename(workdir): records}, storage.join(workdir, "curves.png"), title)
+    except storage.StorageError:
+        raise
+    except Exception as e:  # a plotting problem must not stop training
+        logging.warning("could not draw curves.png: %s", runlog_lib.short_error(e))
+
+
+class StepProfiler:
+    """`config.profile`: a `jax.profiler` trace of train steps `start_step … start_step + num_steps - 1` (numbered
+    as logged: step N is the N-th update) under `workdir/tensorboard/plugins/profile/<time>/` (TensorBoard's profile
+    plugin and XProf read it). `process_index` traces that process only (-1: every process). A `gs://` workdir:
+    traced into a local folder, uploaded when the trace stops. `num_steps=0`: off.
+
+    Steps are annotated (`StepTraceAnnotation`), so the profile shows per-step times; the trace stops after waiting
+    for the last traced step, so it holds its device work."""
+
+    def __init__(self, profile_config, workdir: str):
+        cfg = dict(profile_config or {})
+        self.start, self.num = int(cfg.get("start_step", 10)), int(cfg.get("num_steps", 0))
+        who = int(cfg.get("process_index", 0))
+        self.enabled = self.num > 0 and who in (-1, jax.process_index())
+        self.target = storage.join(workdir, "tensorboard")
+        self.staging = None
+        self.active = self.done = False
+
+    def before_step(self, step: int) -> None:
+        """Starts the trace before step `step` if it is in the range."""
+        if not self.enabled or self.active or self.done or not self.start <= step < self.start + self.num:
+            return
+        import tempfile
+
+        if storage.is_url(self.target):
+            self.staging = tempfile.mkdtemp(prefix="profile-")
+        else:
+            storage.makedirs(self.target)
+        jax.profiler.start_trace(self.staging or str(storage.path(self.target)))
+        self.active = True
+        logging.info("profiler: tracing steps %d to %d", step, self.start + self.num - 1)
+
+    def after_step(self, step: int, metrics, account) -> bool:
+        """Stops the trace after the last traced step (waiting for its results); True if it stopped."""
+        if not self.active or step < self.start + self.num - 1:
+            return False
+        with account.measure("profile"):
+            jax.block_until_ready(metrics)
+            self.close()
+        return True
+
+    def close(self) -> None:
+        """Stops a running trace and (object stores) uploads it."""
+        if not self.active:
+            return
+        self.active, self.done = False, True
+        jax.profiler.stop_trace()
+        if self.staging:
+            for d, _, files in os.walk(self.staging):
+                for f in files:
+                    rel = os.path.relpath(os.path.join(d, f), self.staging)
+                    with open(os.path.join(d, f), "rb") as fh:
+                        storage.write_bytes(storage.join(self.target, *rel.split(os.sep)), fh.read())
+            shutil.rmtree(self.staging, ignore_errors=True)
+        logging.info("profiler: trace written under %s", storage.join(self.target, "plugins", "profile"))

@@ -87,6 +87,10 @@ def _bool(v):
     return None if isinstance(v, bool) else "is not True or False"
 
 
+def _str(v):
+    return None if isinstance(v, str) else "is not a string"
+
+
 RULES = {
     "seed": _int(),
     "total_steps": _int(1),
@@ -101,6 +105,11 @@ RULES = {
     "save_checkpoints": _bool,
     "tensorboard": _bool,
     "metrics_flush_secs": _float(0),
+    "compilation_cache_dir": _str,  # "auto", "" (off), a folder or gs:// URL
+    "profile.start_step": _int(1),
+    "profile.num_steps": _int(0),
+    "profile.process_index": _int(-1),
+    "distributed.initialization_timeout": _float(0, lo_open=True),
     "loss": _enum(*optim.LOSSES),
     "label_smoothing": _float(0, 1, hi_open=True),
     "init_posemb_resize": _enum("zoom", "bilinear", "bicubic"),

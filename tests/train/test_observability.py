@@ -1,0 +1,341 @@
+"""What a run tells its user: log.txt with the start-up and closing lines, curves.png, file modes, time accounting
+and goodput, the profiler hook, the compilation cache, Ctrl-C, and one-line errors with the right exit codes."""
+
+import errno
+import json
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.conftest import tiny_config, write_image_folder
+from vit_jax_struct import storage
+from vit_jax_struct.models import official
+from vit_jax_struct.train import checkpoint, metrics, timing, trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": ""}
+# tests/conftest.py::tiny_config as main.py flags (one device).
+TINY = ["--config=configs/default.py", "--config.batch_size=16", "--config.log_every_steps=1",
+        "--config.eval_every_steps=0", "--config.data.image_size=8", "--config.data.eval_examples=32",
+        "--config.model.variant=mu/4", "--config.model.width=32", "--config.model.depth=1",
+        "--config.model.mlp_dim=64", "--config.model.num_heads=2", "--config.pp.pad=1",
+        "--config.optim.warmup_steps=1", "--config.mesh.data=1", "--config.tensorboard=False"]
+
+
+def _main(*args, timeout=300):
+    r = subprocess.run([sys.executable, "main.py", *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                       timeout=timeout, check=False)
+    return r.returncode, r.stderr
+
+
+def _error_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_run_writes_log_curves_time_accounting_and_a_trace_all_readable_by_others(tmp_path, caplog):
+    wd = tmp_path / "w"
+    cfg = tiny_config(total_steps=6, checkpoint_every_steps=3, eval_every_steps=3, tensorboard=True,
+                      **{"profile.start_step": 4, "profile.num_steps": 2})
+    old = os.umask(0o022)
+    try:
+        with caplog.at_level(logging.INFO):
+            _, last = trainer.train_and_evaluate(cfg, str(wd))
+    finally:
+        os.umask(old)
+    log = (wd / "log.txt").read_text()
+    # Start-up lines: the data found and the augmentation in force; a closing line with the metrics and outputs.
+    assert ("data: digits; 10 classes; train split 'train': 1,437 examples; eval split 'test': 32 examples "
+            "(evenly spread subset); images 8x8 px") in log
+    assert "preprocessing: train pad 1 + random crop, no flip, no RandAugment, no mixup/CutMix" in log
+    done = [line for line in log.splitlines() if "] done: step 6; " in line]
+    assert len(done) == 1 and f"eval/accuracy {last['eval/accuracy']:.4g}" in done[0] and \
+        f"outputs in {wd}: config.json, metrics.jsonl, final_metrics.json, log.txt" in done[0], log[-2000:]
+    assert "step 6/6: loss" in log and "time: wall" in log and "profiler: tracing steps 4 to 5" in log
+    assert "Closing _NonBlockingMetadataStore" not in log  # orbax's INFO chatter stays out
+
+    png = (wd / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+    # Time accounting: per log interval, and the totals with goodput in final_metrics.json.
+    final = json.loads((wd / "final_metrics.json").read_text())
+    cats = [f"time/{c}" for c in timing.CATEGORIES]
+    assert set(cats) | {"time/wall", "goodput"} <= set(final)
+    assert 0 < final["goodput"] < 1 and final["time/compile"] > 0 and final["time/eval"] > 0 and \
+        final["time/checkpoint"] > 0 and final["time/profile"] > 0
+    assert final["goodput"] == pytest.approx(final["time/train_step"] / final["time/wall"])
+    assert sum(final[c] for c in cats) == pytest.approx(final["time/wall"], rel=0.05)  # every second accounted
+    records = [r for r in metrics.read_metrics(str(wd)) if "train/loss" in r]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6] and all(set(cats) <= set(r) for r in records)
+    assert records[0]["time/compile"] == final["time/compile"] and records[1]["time/compile"] == 0.0
+    assert sum(r["time/train_step"] for r in records) == pytest.approx(final["time/train_step"])
+
+    # The profiler's trace, where TensorBoard's profile plugin looks.
+    traces = [f for d, _, fs in os.walk(wd / "tensorboard" / "plugins" / "profile") for f in fs]
+    assert any(f.endswith(".xplane.pb") for f in traces), traces
+
+    # Every file readable by others (0644 under umask 022), folders 0755: config.json, final_metrics.json (atomic
+    # writes), log.txt, curves.png, Orbax's checkpoint files, the trace.
+    modes = {}
+    for d, dirs, files in os.walk(wd):
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            modes[os.path.relpath(p, wd)] = stat.S_IMODE(os.stat(p).st_mode)
+    assert all(m == (0o755 if os.path.isdir(wd / p) else 0o644) for p, m in modes.items()), \
+        {p: oct(m) for p, m in modes.items() if m not in (0o644, 0o755)}
+    assert {"config.json", "final_metrics.json", "log.txt", "curves.png", "checkpoints/6/state/_METADATA"} <= \
+        set(modes)
+
+
+def test_atomic_writes_follow_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        storage.write_text(str(tmp_path / "a.json"), "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "a.json").st_mode) == 0o640
+
+
+def test_rerunning_a_finished_run_restores_nothing_and_leaves_the_lock_alone(tmp_path, monkeypatch):
+    cfg = tiny_config(total_steps=2, checkpoint_every_steps=2, eval_every_steps=0)
+    _, last = trainer.train_and_evaluate(cfg, str(tmp_path))
+    lock_mtime = os.stat(tmp_path / "lock").st_mtime_ns
+    log = (tmp_path / "log.txt").read_text()
+
+    def refuse(*a, **k):
+        raise AssertionError("a finished run must not restore its checkpoint")
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "restore_latest", refuse)
+    state, again = trainer.train_and_evaluate(cfg, str(tmp_path))
+    assert state is None and again["eval/accuracy"] == last["eval/accuracy"] and again["goodput"] == last["goodput"]
+    assert os.stat(tmp_path / "lock").st_mtime_ns == lock_mtime and (tmp_path / "log.txt").read_text() == log
+
+
+def test_a_run_without_checkpoints_creates_no_checkpoint_folder(tmp_path):
+    trainer.train_and_evaluate(tiny_config(total_steps=1, save_checkpoints=False, eval_every_steps=0,
+                                           **{"optim.warmup_steps": 0}), str(tmp_path))
+    assert "checkpoints" not in os.listdir(tmp_path) and (tmp_path / "final_metrics.json").exists()
+
+
+def test_compilation_cache_is_written_then_hit(tmp_path):
+    cache = tmp_path / "cache"
+    cfg = tiny_config(total_steps=1, save_checkpoints=False, eval_every_steps=0, compilation_cache_dir=str(cache),
+                      **{"optim.warmup_steps": 0})
+    try:
+        assert trainer.configure_compilation_cache(str(cache)) == str(cache)
+        trainer.train_and_evaluate(cfg, str(tmp_path / "a"))
+        written = set(os.listdir(cache))
+        assert len(written) >= 3, written  # init, train step, eval step: small CPU programs are cached too
+        hits = trainer.CACHE_EVENTS["/jax/compilation_cache/cache_hits"]
+        trainer.train_and_evaluate(cfg, str(tmp_path / "b"))  # the same programs, traced anew: loaded, not compiled
+        assert trainer.CACHE_EVENTS["/jax/compilation_cache/cache_hits"] - hits >= 3
+        assert set(os.listdir(cache)) == written
+    finally:
+        trainer.configure_compilation_cache("auto")  # back to the environment's setting ("" here: off)
+    assert trainer.configure_compilation_cache("") is None
+    assert trainer.default_compilation_cache_dir().endswith(os.path.join(".cache", "vit_jax_struct",
+                                                                         "jax_compilation_cache"))
+
+
+@pytest.mark.parametrize("noticed", [True, False], ids=["noticed_at_next_step", "noticed_when_stopping"])
+def test_a_failed_save_stops_at_the_next_step_naming_the_folder(tmp_path, monkeypatch, noticed):
+    """Disk full from the save of step 4 on (simulated): its background write fails and the TensorBoard flush of
+    the next step fails too. The run stops at step 5 with the CheckpointError naming the folder (not the TensorBoard
+    OSError), and checkpoint 2 stays the last complete one."""
+    full = []
+    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    original_save = checkpoint.Checkpointer.save
+
+    def save(self, step, state, it):
+        if step < 4:
+            return original_save(self, step, state, it)
+        full.append(step)  # the background write of this step fails: nothing reaches the disk
+
+    def fail_if_full(self, *a, **k):
+        if full:
+            raise enospc
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
+    monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished",
+                        lambda self, *a, **k: fail_if_full(self) if full else None)
+    if noticed:
+        monkeypatch.setattr(ocp.CheckpointManager, "check_for_errors", fail_if_full)
+    from tensorboardX import SummaryWriter
+
+    original_flush = SummaryWriter.flush
+    monkeypatch.setattr(SummaryWriter, "flush", lambda self: fail_if_full(self) or original_flush(self))
+    wd = tmp_path / "w"
+    cfg = tiny_config(total_steps=10, checkpoint_every_steps=2, eval_every_steps=0, tensorboard=True)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        trainer.train_and_evaluate(cfg, str(wd))
+    assert str(err.value) == f"saving a checkpoint in {wd}/checkpoints failed: OSError: [Errno 28] No space left " \
+                             "on device"
+    assert full == [4]
+    assert [r["step"] for r in metrics.read_metrics(str(wd)) if "train/loss" in r] == [1, 2, 3, 4] + \
+        ([] if noticed else [5])  # step 5 trained (its TensorBoard flush failed); nothing after it
+    assert sorted(os.listdir(wd / "checkpoints")) == ["2"] and (wd / "checkpoints/2/commit_success.txt").exists()
+    assert (wd / "log.txt").read_text().splitlines()[-1] == f"error: CheckpointError: {err.value}"
+
+
+def test_nan_before_any_checkpoint_says_there_is_none(tmp_path):
+    cfg = tiny_config(total_steps=6, checkpoint_every_steps=0, log_every_steps=3,
+                      **{"optim.lr": 1e30, "optim.warmup_steps": 0, "optim.grad_clip_norm": 0.0})
+    with pytest.raises(FloatingPointError) as err:
+        trainer.train_and_evaluate(cfg, str(tmp_path))
+    assert "between steps 1 and 3; no checkpoint was written before it" in str(err.value)
+    assert "None" not in str(err.value)
+
+
+@pytest.mark.parametrize("content", [b"", b"<html>not found</html>"], ids=["empty", "html"])
+def test_a_local_file_that_is_no_npz_says_so(tmp_path, content):
+    p = tmp_path / "ViT-B_16.npz"
+    p.write_bytes(content)
+    with pytest.raises(ValueError) as err:
+        official.read_npz(str(p))
+    assert str(err.value).startswith(f"checkpoint '{p}' is not an .npz archive (" +
+                                     ("an empty file, 0 bytes)" if not content else "22 bytes: "))
+    assert "gsutil" not in str(err.value)
+
+
+def test_every_checkpoint_corrupt_is_one_short_line(tmp_path, caplog):
+    cfg = tiny_config(total_steps=4, checkpoint_every_steps=2, eval_every_steps=0)
+    trainer.train_and_evaluate(cfg, str(tmp_path))
+    (tmp_path / "final_metrics.json").unlink()
+    for step in ("2", "4"):  # the array data, not the JSON metadata: TensorStore fails with its whole spec
+        for d, _, files in os.walk(tmp_path / "checkpoints" / step / "state"):
+            for f in files:
+                if "/d/" in os.path.join(d, f) + "/" or f.endswith(".ocdbt"):
+                    with open(os.path.join(d, f), "wb") as fh:
+                        fh.write(b"garbage")
+    with caplog.at_level(logging.WARNING), pytest.raises(checkpoint.CheckpointError) as err:
+        trainer.train_and_evaluate(cfg, str(tmp_path))
+    text = str(err.value)
+    assert text.startswith(f"no checkpoint in {tmp_path}/checkpoints restores (tried 2: step 4: ") and \
+        "Not starting from scratch" in text
+    assert "\n" not in text and len(text) < 1200 and '"driver"' not in text, text
+    skips = [r.getMessage() for r in caplog.records if "skipping it" in r.getMessage()]
+    assert len(skips) == 2 and all(len(s) < 500 and "\n" not in s and '"driver"' not in s for s in skips), skips
+
+
+def test_cli_usage_errors_are_one_line_exit_2_and_write_nothing(tmp_path):
+    wd = tmp_path / "w"
+    cases = {
+        "--config=configs/nonexistent.py":
+            "error: cannot load --config=configs/nonexistent.py: [Errno 2] No such file or directory: "
+            "'configs/nonexistent.py'",
+        "--config.modle.classifier=gap":
+            'error: unknown config key --config.modle.classifier: Did you mean "model" instead of "modle"?',
+        "--config.profile.num_steps=-1": "error: config.profile.num_steps -1 must be ≥ 0",
+    }
+    for flag, expected in cases.items():
+        args = [flag, f"--workdir={wd}"] if flag.startswith("--config=") else [
+            "--config=configs/default.py", flag, f"--workdir={wd}"]
+        rc, err = _main(*args)
+        assert rc == 2 and _error_lines(err) == [expected + "  (--traceback for the full trace)"], err[-2000:]
+        assert "Traceback" not in err and not wd.exists()
+
+
+def _read_only(path):
+    """Makes folder `path` read-only for this process (root ignores modes: a read-only bind mount then)."""
+    os.chmod(path, 0o555)
+    if os.geteuid() == 0:
+        r = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, check=False)
+        if r.returncode or subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=False).returncode:
+            pytest.skip("running as root without permission to mount: a read-only folder cannot be made")
+
+
+def test_cli_read_only_workdir_is_one_line_exit_1(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    _read_only(ro)
+    try:
+        rc, err = _main(*TINY, "--config.total_steps=1", f"--workdir={ro}")
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(ro)], check=False)
+    assert rc == 1 and _error_lines(err) == [
+        f"error: StorageError: cannot create the workdir lock {ro}/lock: Read-only file system (the workdir must "
+        "be writable)  (--traceback for the full trace)" if os.geteuid() == 0 else
+        f"error: StorageError: cannot create the workdir lock {ro}/lock: Permission denied (the workdir must be "
+        "writable)  (--traceback for the full trace)"], err[-2000:]
+    assert "Traceback" not in err
+
+
+def test_cli_bad_image_found_mid_run_is_a_run_error_exit_1_and_in_the_log(tmp_path):
+    root = write_image_folder(tmp_path / "data", classes=("a", "b"), per_class=4, size=8)
+    with open(os.path.join(root, "train", "b", "3.jpg"), "wb") as f:
+        f.write(b"not an image")
+    wd = tmp_path / "w"
+    rc, err = _main(*TINY, "--config.total_steps=4", "--config.batch_size=4", "--config.data.source=folder",
+                    f"--config.data.root={root}", "--config.data.num_classes=0", "--config.data.num_threads=1",
+                    "--config.data.eval_examples=0", "--config.checkpoint_every_steps=0", f"--workdir={wd}")
+    lines = _error_lines(err)
+    assert rc == 1 and len(lines) == 1 and "cannot decode image file" in lines[0] and "b/3.jpg" in lines[0], \
+        err[-3000:]
+    assert "Traceback" not in err
+    assert (wd / "log.txt").read_text().splitlines()[-1] == lines[0].split("  (--traceback")[0]
+
+
+def test_cli_ctrl_c_saves_a_checkpoint_at_the_next_step_and_exits_130(tmp_path):
+    wd = tmp_path / "w"
+    args = [sys.executable, "main.py", *TINY, "--config.total_steps=100000", "--config.log_every_steps=5",
+            "--config.checkpoint_every_steps=0", f"--workdir={wd}"]
+    p = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while p.poll() is None and time.time() < deadline and not (
+            (wd / "metrics.jsonl").exists() and (wd / "metrics.jsonl").read_text().count("\n") >= 2):
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 130, err[-3000:]
+    assert "received SIGINT (Ctrl-C; press again to stop at once)" in err and "Traceback" not in err
+    saved = [int(s) for s in os.listdir(wd / "checkpoints")]
+    assert len(saved) == 1 and (wd / "checkpoints" / str(saved[0]) / "commit_success.txt").exists()
+    assert f"interrupted: saved checkpoint at step {saved[0]} of 100000" in err
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    stops = trainer._StopSignals()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stops.signum == signal.SIGINT and stops.reached(1)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here
+    finally:
+        stops.close()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_posemb_resize_logs_only_when_the_grid_changes(caplog):
+    posemb = np.random.default_rng(0).normal(size=(1, 1 + 16, 4)).astype(np.float32)
+    with caplog.at_level(logging.INFO):
+        same = official.resize_posemb(posemb, (4, 4), num_prefix=1)
+        assert "posemb: resampled" not in caplog.text
+        official.resize_posemb(posemb, (2, 2), num_prefix=1)
+    np.testing.assert_array_equal(same, posemb)
+    assert "posemb: resampled grid 4x4 -> 2x2" in caplog.text
+
+
+def test_time_account_adds_up():
+    acct = timing.TimeAccount(start=time.time() - 2.0)  # two seconds of start-up
+    acct.add("restore", 0.5)
+    acct.start_loop()
+    with acct.measure("data_wait"):
+        pass
+    interval = acct.interval()
+    assert interval["time/startup"] == pytest.approx(1.5, abs=0.05) and interval["time/restore"] == 0.5
+    assert interval["time/train_step"] == pytest.approx(0.0, abs=0.05)
+    s = acct.summary()
+    assert sum(s[f"time/{c}"] for c in timing.CATEGORIES) == pytest.approx(s["time/wall"], abs=0.05)
+    assert s["goodput"] == pytest.approx(s["time/train_step"] / s["time/wall"])
+    assert timing.format_summary(s).startswith("wall 2.")
+    with pytest.raises(KeyError, match="not one of"):
+        acct.add("lunch", 1.0)

@@ -1,0 +1,126 @@
+"""Training curves as a PNG: train loss, eval accuracy and few-shot accuracy vs step (matplotlib, Agg).
+
+`training_curves({label: metrics records}, path, title)` draws one panel per measure with one line per run (the
+run's own `workdir/curves.png`, written by the trainer at every checkpoint and at the end) or per arm of a comparison
+(`vit_jax_struct/report.py`). Legends sit below their panel, so many series (few-shot k × datasets × arms) never cover
+the lines. `path` may be local or `gs://` (rendered in memory, written whole through `storage`).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+
+from vit_jax_struct import storage
+
+CURVE_PANELS = (("train/loss", "train loss"), ("eval/accuracy", "eval accuracy"),
+                ("fewshot/", "few-shot accuracy (ridge on pre-logits)"))
+
+
+def _series(records, key):
+    """`(steps, values)` of `key` in metrics records (`[{"step": …, key: …}]`), sorted by step; last value wins."""
+    pts = {}
+    for r in records:
+        if key in r and r[key] is not None:
+            pts[int(r["step"])] = float(r[key])
+    steps = sorted(pts)
+    return np.asarray(steps), np.asarray([pts[s] for s in steps])
+
+
+def fewshot_keys(records) -> list[str]:
+    """The `fewshot/<name>_<k>shot` keys present, sorted by name then k."""
+    keys = {k for r in records for k in r if k.startswith("fewshot/")}
+
+    def order(k):
+        name, _, shots = k[len("fewshot/"):].rpartition("_")
+        return name, int(shots[:-4]) if shots[:-4].isdigit() else 0
+    return sorted(keys, key=order)
+
+
+def training_curves(runs: dict, path, title: str) -> None:
+    """Train loss, eval accuracy and few-shot accuracy vs step, one panel each, one line per run.
+
+    `runs`: `{label: metrics records}` (`train/metrics.py:read_metrics`): one run gives its own curves, several
+    overlay them (a comparison's arms). Few-shot lines are styled by k (`fewshot/<name>_<k>shot`). A panel without
+    data says so.
+
+    Raises:
+      ValueError: `runs` is empty.
+      storage.StorageError: the file cannot be written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not runs:
+        raise ValueError("training_curves needs at least one run")
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), layout="constrained")
+    styles = ("-", "--", "-.", ":")
+    colors = plt.get_cmap("tab10")(np.arange(len(runs)) % 10)
+    if len(runs) > 1:  # a comparison's arms: the 10-shot probes only, one legend of runs outside the panels
+        _overlay(runs, axes, colors, styles, fig)
+        fig.suptitle(textwrap.fill(title, 150), fontsize=9)
+        storage.savefig(fig, path, dpi=110)
+        plt.close(fig)
+        return
+    for (label, records), color in zip(runs.items(), colors, strict=True):
+        for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
+            x, y = _series(records, key)
+            if len(x):
+                ax.plot(x, y, color=color, marker="o" if len(x) < 20 else None, ms=3, label=label)
+        keys = fewshot_keys(records)
+        names = sorted({k[len("fewshot/"):].rpartition("_")[0] for k in keys})
+        shots = sorted({k.rpartition("_")[2] for k in keys}, key=lambda t: int(t[:-4]) if t[:-4].isdigit() else 0)
+        for key in keys:  # line style by k; colour by data set (one run) or by run, marker by data set (several)
+            x, y = _series(records, key)
+            short = key[len("fewshot/"):]
+            name, _, k = short.rpartition("_")
+            i = names.index(name)
+            axes[2].plot(x, y, styles[shots.index(k) % len(styles)], ms=3,
+                         color=plt.get_cmap("tab10")(i % 10) if len(runs) == 1 else color,
+                         marker="o" if len(runs) == 1 else "osv^D<>p"[i % 8],
+                         label=short if len(runs) == 1 else f"{label}: {short}")
+    for ax, (key, name) in zip(axes, CURVE_PANELS, strict=True):
+        ax.set_xlabel("step")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        n = len(ax.lines)
+        if n > 1:  # below the panel, in columns: never over the curves, however many series
+            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(3, n), frameon=False)
+        elif not n:
+            ax.text(0.5, 0.5, f"no {key.rstrip('/')} metrics", ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle(textwrap.fill(title, 150), fontsize=9)
+    storage.savefig(fig, path, dpi=110)
+    plt.close(fig)
+
+
+def _overlay(runs: dict, axes, colors, styles, fig) -> None:
+    """Several runs in one figure (a comparison): colour = run, with one run legend right of the panels; the
+    few-shot panel keeps the 10-shot probes (all k if there is none), line style = few-shot data set."""
+    import matplotlib.pyplot as plt
+
+    datasets: dict = {}
+    handles = []
+    for (label, records), color in zip(runs.items(), colors, strict=True):
+        for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
+            x, y = _series(records, key)
+            if len(x):
+                ax.plot(x, y, color=color, marker="o" if len(x) < 20 else None, ms=3)
+        handles.append(plt.Line2D([], [], color=color, label=label))
+        keys = fewshot_keys(records)
+        for key in [k for k in keys if k.endswith("_10shot")] or keys:
+            x, y = _series(records, key)
+            style = datasets.setdefault(key[len("fewshot/"):], styles[len(datasets) % len(styles)])
+            axes[2].plot(x, y, style, color=color, marker="o", ms=3)
+    for ax, (key, name) in zip(axes, CURVE_PANELS, strict=True):
+        ax.set_xlabel("step")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        if not ax.lines:
+            ax.text(0.5, 0.5, f"no {key.rstrip('/')} metrics", ha="center", va="center", transform=ax.transAxes)
+    if datasets:
+        axes[2].legend([plt.Line2D([], [], color="k", ls=st) for st in datasets.values()], list(datasets),
+                       fontsize=7, title="few-shot probe", title_fontsize=7)
+    fig.legend(handles=handles, loc="outside right upper", fontsize=7, title="run", title_fontsize=7)

@@ -1,0 +1,176 @@
+"""The run's own log, `workdir/log.txt`, and the lines that say what a run is doing.
+
+`RunLog` (process 0) collects every Python/absl log record from the moment a run starts; the records are held in
+memory until the run has passed its checks and `open(workdir)` is called (so a run that fails its checks writes
+nothing), then they go to `workdir/log.txt`: appended line by line on a local disk, or, for a `gs://` workdir (objects
+have no append), kept in memory and uploaded whole by `flush()`, which `train/metrics.py:MetricWriter` calls with
+every upload of the metrics. A resumed run appends to the same file.
+
+`data_line`, `augmentation_line` and `closing_line` are the start-up and closing summaries the trainer logs.
+"""
+
+from __future__ import annotations
+
+import logging as logging_std
+
+import jax
+from absl import logging as absl_logging
+
+from vit_jax_struct import storage
+
+_QUIET_LIBRARIES = ("orbax", "grain", "array_record", "gcsfs", "fsspec")
+
+
+class QuietLibraries(logging_std.Filter):
+    """Drops INFO chatter of orbax and grain (every save logs dozens of lines); their warnings still show."""
+
+    def filter(self, record):
+        return record.levelno >= logging_std.WARNING or not any(
+            f"/{lib}/" in record.pathname for lib in _QUIET_LIBRARIES)
+
+
+class RunLog(logging_std.Handler):
+    """A logging handler writing the run's records to `workdir/log.txt` (process 0; other processes: inactive).
+
+    Attach with `start()` (records are buffered), `open(workdir)` once the workdir may be written, `flush()` to upload
+    (object stores), `close()` at the end (also detaches). `note(text)` writes a line to the file only (e.g. the final
+    `error:` line, which `main.py` prints to stderr itself).
+
+    Raises (from `open`, `flush`):
+      storage.StorageError: log.txt cannot be written (names it).
+    """
+
+    def __init__(self):
+        super().__init__(level=logging_std.INFO)
+        self.setFormatter(absl_logging.PythonFormatter())
+        self.addFilter(QuietLibraries())
+        self.active = jax.process_index() == 0
+        self.path = None
+        self._lines: list[str] = []  # before open(), and for an object store
+        self._file = None
+        self._dirty = False
+
+    def start(self) -> RunLog:
+        if self.active:
+            logging_std.getLogger().addHandler(self)
+        return self
+
+    def emit(self, record):
+        try:
+            self._write(self.format(record))
+        except Exception:  # A failing log file must not fail the run from inside a log call.
+            self.handleError(record)
+
+    def _write(self, line: str) -> None:
+        if self._file is not None:
+            storage.append_line(self._file, self.path, line)
+        else:
+            self._lines.append(line)
+            self._dirty = True
+
+    def note(self, text: str) -> None:
+        """Writes `text` to log.txt only (not to stderr)."""
+        if self.active:
+            self._write(text)
+
+    def open(self, workdir: str) -> None:
+        """Starts writing `workdir/log.txt` (appending to an earlier run's), beginning with the buffered records."""
+        if not self.active:
+            return
+        self.path = storage.join(workdir, "log.txt")
+        if storage.is_url(workdir):
+            old = storage.read_text(self.path).splitlines() if storage.exists(self.path) else []
+            self._lines = old + self._lines
+            self.flush()
+            return
+        try:
+            self._file = open(str(storage.path(self.path)), "a")  # noqa: SIM115 -- closed in close()
+        except OSError as e:
+            raise storage.StorageError(f"cannot write {self.path}: {e}") from e
+        lines, self._lines = self._lines, []
+        for line in lines:
+            self._write(line)
+
+    def flush(self) -> None:
+        """Makes the records durable (an object store: one upload of the whole file if anything changed)."""
+        if not self.active or self.path is None:
+            return
+        if self._file is not None:
+            self._file.flush()
+        elif self._dirty:
+            storage.write_text(self.path, "".join(line + "\n" for line in self._lines))
+            self._dirty = False
+
+    def close(self, upload: bool = True) -> None:
+        """Detaches the handler and closes the file (uploads it first if `upload`; an object store only)."""
+        logging_std.getLogger().removeHandler(self)
+        if not self.active:
+            return
+        try:
+            if upload:
+                self.flush()
+        finally:
+            if self._file is not None:
+                self._file.close()
+            self._file, self.active = None, False
+            super().close()
+
+
+def data_line(config, parts) -> str:
+    """One line on the data found: source, root or name, classes, examples per split (and the subset used), image
+    size. `parts`: `trainer.build`'s dict."""
+    d = config.data
+    where = {"folder": f" {d.get('root')}", "tfds": f" {d.get('name')}" + (f" in {d.root}" if d.get("root") else "")
+             }.get(d.source, "")
+    train, full = len(parts["train_source"]), parts.get("full_train_examples", len(parts["train_source"]))
+    ev = len(parts["eval_source"])
+    subset = f" (using {train:,}: {100 * train / max(full, 1):.3g} %)" if train < full else ""
+    every = " (evenly spread subset)" if d.get("eval_examples") else ""
+    return (f"data: {d.source}{where}; {parts['num_classes']} classes; train split {d.train_split!r}: {full:,} "
+            f"examples{subset}; eval split {d.eval_split!r}: {ev:,} examples{every}; images {d.image_size}x"
+            f"{d.image_size} px")
+
+
+def augmentation_line(config) -> str:
+    """One line on the preprocessing and augmentation in force: crop, flip, RandAugment, mixup/CutMix, patch
+    permutation, label smoothing."""
+    pp, m = config.pp, config.get("mixup", {})
+    crop = pp.get("train_crop", "inception")
+    crop_text = {"inception": f"inception crop (area ≥ {pp.get('crop_area_min', 0.05):g})",
+                 "pad": f"pad {pp.get('pad', 4)} + random crop", "none": "resize only"}.get(crop, crop)
+    parts = [f"train {crop_text}", "flip" if pp.get("flip", True) else "no flip"]
+    layers = pp.get("randaug_layers", 0)
+    parts.append(f"RandAugment({layers}, {pp.get('randaug_magnitude', 10)})" if layers else "no RandAugment")
+    mix = []
+    if m.get("alpha", 0.0):
+        mix.append(f"mixup α={m['alpha']:g}")
+    if m.get("cutmix_alpha", 0.0):
+        mix.append(f"CutMix α={m['cutmix_alpha']:g}")
+    if mix:
+        switch = f", switch {m.get('switch_prob', 0.5):g}" if len(mix) == 2 else ""
+        parts.append(" + ".join(mix) + f" (prob {m.get('prob', 1.0):g}{switch})")
+    else:
+        parts.append("no mixup/CutMix")
+    if config.get("label_smoothing", 0.0):
+        parts.append(f"label smoothing {config.label_smoothing:g}")
+    if config.data.get("permute_patches"):
+        parts.append(f"patches permuted (seed {config.data.get('permutation_seed', 0)})")
+    parts.append(f"eval centre crop {pp.get('eval_crop_fraction', 0.875):g}")
+    parts.append(f"values in {tuple(pp.get('value_range', (-1.0, 1.0)))}")
+    return "preprocessing: " + ", ".join(parts)
+
+
+def closing_line(workdir: str, step: int, final: dict, outputs: list[str]) -> str:
+    """`done: step N; eval/accuracy 0.97, …; goodput 0.61; outputs: <paths>` (final metrics with a `/` or goodput)."""
+    shown = [f"{k} {v:.4g}" for k, v in final.items()
+             if k.startswith(("eval/", "fewshot/")) or k in ("train/loss", "goodput")]
+    return (f"done: step {step}; " + ", ".join(shown) + f"; outputs in {workdir}: " + ", ".join(outputs))
+
+
+def short_error(e: BaseException, limit: int = 400) -> str:
+    """`Type: first line of the message`, cut to `limit` characters (TensorStore errors carry a whole JSON spec)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if len(text) > limit:
+        text = text[:limit] + " …"
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
