@@ -79,7 +79,7 @@ def test_models_exported_here_give_our_logits_in_timm_and_transformers(reference
     logits, want = _logits(model, params, x), np.asarray(there["logits"])
     np.testing.assert_allclose(logits, want, rtol=0, atol=TOL)
     if "logits_erf_gelu" in there:  # timm's default GELU is measurably another function
-        assert np.abs(logits - np.asarray(there["logits_erf_gelu"])).max() > 10 * TOL
+        assert np.abs(logits - np.asarray(there["logits_erf_gelu"])).max() > 5 * TOL
     if name == "hf_token":
         assert there["id2label"] == {str(i): c for i, c in enumerate(side["class_names"])}
         assert there["processor_max_abs_diff"] < 1e-6  # preprocessor_config.json gives our value_range
