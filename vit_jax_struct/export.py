@@ -177,9 +177,9 @@ def _check_out(out: str, fmt: str, overwrite: bool) -> None:
         raise ExportError(f"--out {out!r} must end with {suffix} for --format={fmt}")
     if not suffix and out.rstrip("/").endswith((".npz", ".safetensors", ".json")):
         raise ExportError(f"--out {out!r} must be a folder for --format=hf (it gets model.safetensors, config.json)")
-    if storage.exists(out) and not overwrite:
-        if not (storage.isdir(out) and not storage.listdir(out)):  # an empty folder is fine
-            raise ExportError(f"--out {out!r} exists; pass --overwrite to replace it")
+    empty_folder = storage.isdir(out) and not storage.listdir(out)
+    if storage.exists(out) and not overwrite and not empty_folder:
+        raise ExportError(f"--out {out!r} exists; pass --overwrite to replace it")
     if suffix and storage.isdir(out):
         raise ExportError(f"--out {out!r} is a folder; --format={fmt} writes one {suffix} file")
 

@@ -17,24 +17,20 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-from PIL import Image
 
 from tests.conftest import tiny_config
+from tests.models.test_published_reference import FIXTURES, load_reference
 from vit_jax_struct import export
 from vit_jax_struct.models import get_model, official, torch_layouts, vit
 from vit_jax_struct.train import checkpoint, trainer
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 WEIGHTS = os.path.join(FIXTURES, "weights_io")
 TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
 def reference():
-    with open(os.path.join(WEIGHTS, "reference_logits.json")) as f:
-        ref = json.load(f)
-    images = np.stack([np.asarray(Image.open(os.path.join(FIXTURES, p)).convert("RGB")) for p in ref["images"]])
-    return ref, images.astype(np.float32) * np.float32(2.0 / 255.0) - np.float32(1.0)
+    return load_reference(os.path.join(WEIGHTS, "reference_logits.json"))
 
 
 def _tiny(ref, classifier):
@@ -54,7 +50,7 @@ def _logits(model, params, x):
 def test_models_made_in_timm_and_transformers_give_their_logits_here(reference, name):
     ref, x = reference
     made = ref["made_there"][name]
-    cfg, model, shapes = _tiny(ref, made["classifier"])
+    _, model, shapes = _tiny(ref, made["classifier"])
     params = official.load(os.path.join(FIXTURES, made["file"]), shapes, classifier=made["classifier"], reinit="")
     logits, want = _logits(model, params, x), np.asarray(made["logits"])
     assert logits.shape == want.shape == (4, 5)
@@ -118,17 +114,20 @@ def test_timm_file_with_foreign_keys_lists_every_difference(reference, tmp_path)
 
 
 def test_hf_names_of_transformers_5_and_vitmodel_and_timm_without_class_posemb(reference):
-    ref, x = reference
-    _, model, shapes = _tiny(ref, "token")
+    ref, _ = reference
+    _, _, shapes = _tiny(ref, "token")
     sd = official.read_weights(os.path.join(WEIGHTS, "hf_token"))
     want = official.load(sd, shapes, classifier="token", reinit="")
+    renames = (("encoder.layer.", "layers."), ("attention.attention.query", "attention.q_proj"),
+               ("attention.attention.key", "attention.k_proj"), ("attention.attention.value", "attention.v_proj"),
+               ("attention.output.dense", "attention.o_proj"), ("intermediate.dense", "mlp.fc1"),
+               ("output.dense", "mlp.fc2"))
     v5 = {}
     for k, v in sd.items():  # transformers 5's module names, as `ViTModel` keeps them in memory
-        k = k.replace("encoder.layer.", "layers.").replace("attention.attention.query", "attention.q_proj")
-        k = k.replace("attention.attention.key", "attention.k_proj").replace("attention.attention.value",
-                                                                               "attention.v_proj")
-        k = k.replace("attention.output.dense", "attention.o_proj").replace("intermediate.dense", "mlp.fc1")
-        v5[k.replace("output.dense", "mlp.fc2")] = v
+        name = k
+        for old, new in renames:
+            name = name.replace(old, new)
+        v5[name] = v
     got = official.load(v5, shapes, classifier="token", reinit="")
     assert checkpoint.params_equal(got, want)
     # A ViTModel file (no `vit.` prefix) with a pooler: the pooler is pre_logits, dropped by the default re-init.
@@ -180,11 +179,12 @@ def test_export_then_init_from_is_bitwise(run, fmt, tmp_path):
         assert not os.path.exists(out)
         return
     assert export.main([f"--workdir={workdir}", f"--format={fmt}", f"--out={out}"]) == 0
-    side = json.load(open(os.path.join(out, "export.json") if fmt == "hf" else out + ".json"))
+    with open(os.path.join(out, "export.json") if fmt == "hf" else out + ".json") as f:
+        side = json.load(f)
     assert side["source"]["step"] == 2 and side["format"] == fmt
     assert side["class_names"] == [str(i) for i in range(10)]  # digits, from the run's class_names.json
     assert side["preprocessing"]["value_range"] == [-1.0, 1.0] and side["preprocessing"]["image_size"] == 8
-    original, step = checkpoint.host_params(workdir)
+    original, _ = checkpoint.host_params(workdir)
     assert vit.is_scanned(original) == (not name.endswith("unscanned"))
     stored = official.read_weights(out)
     if fmt == "big_vision":  # scanned blocks exactly where the run was scanned
