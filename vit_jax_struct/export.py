@@ -87,7 +87,10 @@ def check_model(model: dict, fmt: str) -> None:
 def _arch(model: dict, num_classes: int) -> dict:
     from vit_jax_struct.models import get_model
 
-    a = get_model(model, num_classes).arch()
+    try:
+        a = get_model(model, num_classes).arch()
+    except ValueError as e:  # e.g. a key of an older model version
+        raise ExportError(f"the run's config.model does not build: {e}") from None
     return {**a, "classifier": model.get("classifier", "token"), "num_classes": num_classes}
 
 
