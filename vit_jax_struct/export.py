@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -301,6 +302,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help=".npz (vit_jax, big_vision), .safetensors (timm), folder (hf)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
+    # The parameters only pass through the host: no accelerator backend (a TPU runtime's start-up chatter would bury
+    # the one line of an error).
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from absl import logging
 
     logging.set_verbosity(logging.ERROR)  # Orbax's read-only notices would bury the one line
