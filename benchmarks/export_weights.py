@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -76,6 +77,7 @@ def main(argv=None):
                "image_size": c.data.image_size, "cpus": os.cpu_count()}
         rows.append(row)
         print(json.dumps(row), flush=True)
+    shutil.rmtree(tmp)
     if args.out:
         common.append_results(args.out, rows, config=args.config)
     return 0
