@@ -302,12 +302,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help=".npz (vit_jax, big_vision), .safetensors (timm), folder (hf)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
-    # The parameters only pass through the host: no accelerator backend (a TPU runtime's start-up chatter would bury
-    # the one line of an error).
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from absl import logging
 
-    logging.set_verbosity(logging.ERROR)  # Orbax's read-only notices would bury the one line
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.ERROR)  # Orbax's read-only notices would bury the one line; restored below
     try:
         info = export(args.workdir, args.format, args.out, args.step, args.overwrite)
     except ExportError as e:
@@ -316,10 +314,15 @@ def main(argv=None) -> int:
     except storage.StorageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        logging.set_verbosity(verbosity)
     print(f"wrote {args.format} {args.out} ({', '.join(info['files'])}; {info['parameters']:,} parameters) from "
           f"{info['source']['checkpoint']}")
     return 0
 
 
 if __name__ == "__main__":
+    # The parameters only pass through the host: no accelerator backend (a TPU runtime's start-up chatter would bury
+    # the one line of an error).
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     sys.exit(main())
