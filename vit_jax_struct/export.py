@@ -302,10 +302,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help=".npz (vit_jax, big_vision), .safetensors (timm), folder (hf)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
+    import logging as logging_std
+
     from absl import logging
 
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity(logging.ERROR)  # Orbax's read-only notices would bury the one line; restored below
+    absl_logger = logging.get_absl_logger()
+    level = absl_logger.level  # often NOTSET (inherit): restored as it was, not as an effective level
+    absl_logger.setLevel(logging_std.ERROR)  # Orbax's read-only notices would bury the one line
     try:
         info = export(args.workdir, args.format, args.out, args.step, args.overwrite)
     except ExportError as e:
@@ -315,7 +318,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        logging.set_verbosity(verbosity)
+        absl_logger.setLevel(level)
     print(f"wrote {args.format} {args.out} ({', '.join(info['files'])}; {info['parameters']:,} parameters) from "
           f"{info['source']['checkpoint']}")
     return 0
