@@ -40,7 +40,8 @@ _COMPARE_CONFIG = config_flags.DEFINE_config_file(
     "--compare_init_from) for cross-model CKA, e.g. configs/bit.py:r50x1; it sees the first model's images.",
     lock_config=True)
 _COMPARE_INIT = flags.DEFINE_string("compare_init_from", None, "analyze: checkpoint file of the --compare_config "
-                                    "model (a published ViT or BiT .npz, local or URL); sets its init_from.")
+                                    "model (a ViT .npz, timm .safetensors or Hugging Face folder, or a BiT .npz; "
+                                    "local or URL); sets its init_from.")
 _EXAMPLES = flags.DEFINE_integer("analysis_examples", 1024, "analyze: eval examples to use.")
 _BATCH = flags.DEFINE_integer("analysis_batch", 256, "analyze: minibatch size for CKA (examples).")
 _WORKERS = flags.DEFINE_integer("verify_workers", 0, "verify: decoding threads (0: one per CPU core).")

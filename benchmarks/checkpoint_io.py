@@ -34,11 +34,10 @@ def main(argv=None):
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
 
-    import importlib.util
-
     import jax
     import numpy as np
 
+    from benchmarks import common
     from tests.gcs_emulator import Emulator
     from vit_jax_struct.train import checkpoint, sharding, trainer
 
@@ -46,10 +45,7 @@ def main(argv=None):
     os.environ.update(emu.env())
     bucket = emu.bucket("bench")
 
-    spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, args.config))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    c = mod.get_config("runlocal")
+    c = common.load_config(args.config, "runlocal")
     c.data.image_size, c.batch_size, c.total_steps = args.image_size, args.batch, 1000
     c.optim.warmup_steps = 10
     parts = trainer.build(c)
@@ -125,10 +121,7 @@ def main(argv=None):
                save_finished_after_s=round(finished_after, 2), waited_at_end_s=round(waited, 2))
     emu.stop()
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps({**r, "config": args.config, "time": time.strftime("%Y-%m-%d %H:%M")}) + "\n")
+        common.append_results(args.out, rows, config=args.config)
     return 0
 
 

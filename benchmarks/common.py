@@ -215,6 +215,24 @@ def format_bytes(n: float | None) -> str:
     return "–" if n is None else f"{n / GiB:.2f} GiB"
 
 
+def load_config(path: str, arg=None):
+    """`get_config(arg)` of a config file given relative to the repository root (e.g. `configs/vit_b16.py`)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(arg)
+
+
+def append_results(path: str, rows: list[dict], **extra) -> None:
+    """Appends `rows` to the JSON-lines file `path` (created with its folder), each with `extra` and the time."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a") as f:
+        for r in rows:
+            f.write(json.dumps({**r, **extra, "time": time.strftime("%Y-%m-%d %H:%M")}) + "\n")
+
+
 def config_arg_string(flag_name: str = "config") -> str:
     """The `--config=file.py[:arg]` value as given on the command line (for logs and JSON records)."""
     from absl import flags

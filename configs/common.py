@@ -24,12 +24,13 @@ def base() -> ml_collections.ConfigDict:
     c.checkpoint_timeout_s = 1200     # a background checkpoint write that takes longer fails the run
     c.metrics_flush_secs = 30.0       # gs:// workdirs: longest time between uploads of metrics.jsonl / TensorBoard
     c.init_from = ""                  # Warm start: a workdir or checkpoints/<step> folder (parameters only),
-    #                                   or a published ViT .npz (vit_jax / big_vision layout, models/official.py):
-    c.init_reinit = r"^(head|pre_logits)/"  # .npz: params (regex on paths) kept at their fresh init; matching
+    #                                   or a weights file: ViT .npz (vit_jax / big_vision), timm .safetensors,
+    #                                   Hugging Face folder (models/official.py, torch_layouts.py); BiT .npz.
+    c.init_reinit = r"^(head|pre_logits)/"  # weights file: params (regex on paths) kept at their fresh init; matching
     #                                   checkpoint entries are dropped ("": load everything, shapes must match)
-    c.init_posemb_resize = "zoom"     # .npz posemb grid resampling: "zoom" (scipy, as vit_jax) | "bilinear" | "bicubic"
-    c.init_posemb_grid = ""           # .npz: the checkpoint's patch grid "h,w" when not square ("": square)
-    c.init_convert_classifier = False  # .npz: allow token ckpt -> gap model (drop cls) / gap -> token (zero cls)
+    c.init_posemb_resize = "zoom"     # posemb grid resampling: "zoom" (scipy, as vit_jax) | "bilinear" | "bicubic"
+    c.init_posemb_grid = ""           # weights file: the checkpoint's patch grid "h,w" when not square ("": square)
+    c.init_convert_classifier = False  # allow token ckpt -> gap model (drop cls) / gap -> token (zero cls)
     c.multihost = False               # jax.distributed.initialize() before anything else (one process per host).
     # Read with multihost=True (vit_jax_struct/train/distributed.py); ""/0/-1: from the environment (TPU VM, SLURM).
     c.distributed = ml_collections.ConfigDict()

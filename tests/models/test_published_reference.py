@@ -22,13 +22,18 @@ FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 TOL = 1e-4
 
 
-@pytest.fixture(scope="module")
-def reference():
-    with open(os.path.join(FIXTURES, "reference_logits.json")) as f:
+def load_reference(path: str):
+    """`(reference dict, its "images" as float32 [n, 64, 64, 3] in the project's value_range (-1, 1))`; image paths
+    are relative to tests/fixtures."""
+    with open(path) as f:
         ref = json.load(f)
     images = np.stack([np.asarray(Image.open(os.path.join(FIXTURES, p)).convert("RGB")) for p in ref["images"]])
-    x = images.astype(np.float32) * np.float32(2.0 / 255.0) - np.float32(1.0)  # the project's value_range (-1, 1)
-    return ref, x
+    return ref, images.astype(np.float32) * np.float32(2.0 / 255.0) - np.float32(1.0)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return load_reference(os.path.join(FIXTURES, "reference_logits.json"))
 
 
 def _shapes(model, size):

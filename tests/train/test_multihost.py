@@ -101,8 +101,8 @@ def test_two_processes_train_checkpoint_and_resume_bitwise(tmp_path):
     assert sorted(f for f in os.listdir(ckpts / "4" / "data") if f.endswith(".json")) == [
         "process_0-of-2.json", "process_1-of-2.json"]
     assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(ckpts / "4" / "state"))
-    assert sorted(os.listdir(wd)) == ["checkpoints", "config.json", "curves.png", "final_metrics.json", "lock",
-                                      "log.txt", "metrics.jsonl", "tensorboard"]
+    assert sorted(os.listdir(wd)) == ["checkpoints", "class_names.json", "config.json", "curves.png",
+                                      "final_metrics.json", "lock", "log.txt", "metrics.jsonl", "tensorboard"]
     assert "done: step 4; " in (wd / "log.txt").read_text()  # process 0's log
     assert len(os.listdir(wd / "tensorboard")) == 1  # one event file: process 0's
 

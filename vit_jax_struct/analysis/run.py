@@ -105,7 +105,7 @@ def load_checkpoint_file(config):
     parts = trainer.build(config)
     model, abstract = parts["model"], parts["abstract_state"]["params"]
     path = str(config.init_from)
-    npz = path.endswith(".npz")
+    npz = official.is_weights_file(path)
     options = checkpoint.official_options(config, model) if npz else None
     init = None
     if npz and options.get("reinit"):

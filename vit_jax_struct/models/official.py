@@ -24,6 +24,10 @@ A leading `params/` (big_vision) or `opt/target/` (vit_jax training checkpoints)
 is read. big_vision adds the posemb before it prepends the class token, so its CLS token carries no position; it
 loads into our token model with a zero CLS posemb entry, which computes the same function.
 
+The PyTorch layouts of timm (`.safetensors` state dict) and Hugging Face transformers (a model folder with
+`model.safetensors`) are read too, recognised from their names and converted by `models/torch_layouts.py`
+(`read_weights` reads any of these files; `is_weights_file` tells them from a run's checkpoint folder).
+
 Entry point: `load(path, init_params, classifier=…)` returns parameters with exactly the model's tree, every
 checkpoint entry used or explicitly dropped (`reinit` regex), the posemb grid resampled (`resize_posemb`).
 The result is in the unscanned layout (`Transformer/encoderblock_{i}`); for a model with a scanned encoder
@@ -32,6 +36,8 @@ The result is in the unscanned layout (`Transformer/encoderblock_{i}`); for a mo
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import os
 import re
@@ -41,6 +47,9 @@ from typing import Any
 import jax
 import numpy as np
 from absl import logging
+
+from vit_jax_struct import storage
+from vit_jax_struct.models import torch_layouts
 
 DEFAULT_REINIT = r"^(head|pre_logits)/"
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -111,11 +120,58 @@ def read_npz(path) -> dict[str, np.ndarray]:
 
 
 def save_npz(path, params: Mapping) -> str:
-    """Writes a params tree (ours = the vit_jax layout) as an `.npz` of '/'-joined keys, like the released files."""
-    flat = {k: np.asarray(v) for k, v in flatten(params).items()}
-    with open(path, "wb") as f:
-        np.savez(f, **flat)
+    """Writes a params tree (ours = the vit_jax layout) or a flat dict as an `.npz` of '/'-joined keys, like the
+    released files (`np.savez`, uncompressed); local or URL, replaced whole (`storage.write_bytes`).
+
+    Raises:
+      storage.StorageError: the file cannot be written (naming it).
+    """
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in flatten(params).items()})
+    storage.write_bytes(path, buf.getvalue())
     return str(path)
+
+
+WEIGHT_SUFFIXES = (".npz", ".safetensors")
+HF_WEIGHTS, HF_INDEX = "model.safetensors", "model.safetensors.index.json"
+
+
+def is_weights_file(path) -> bool:
+    """True if `path` names a file of weights rather than a run: an `.npz` (vit_jax, big_vision, BiT), a
+    `.safetensors` (timm or Hugging Face) or a Hugging Face model folder (`model.safetensors`, or the index of a
+    sharded one). Only a folder is looked into (`storage.exists`); a file name is judged by its suffix."""
+    p = str(path).rstrip("/")
+    if p.endswith(WEIGHT_SUFFIXES):
+        return True
+    return any(storage.exists(storage.join(p, name)) for name in (HF_WEIGHTS, HF_INDEX))
+
+
+def read_weights(path) -> dict[str, np.ndarray]:
+    """Reads a weights file (see `is_weights_file`) into `{name: array}`, names as stored ('/' or '.' joined).
+
+    Args:
+      path: an `.npz`, a `.safetensors`, or a Hugging Face model folder (local or URL); a sharded folder
+        (`model.safetensors.index.json`) is read shard by shard into one dict.
+
+    Raises:
+      FileNotFoundError: no such file, or `path` is none of these (naming what is allowed).
+      ValueError: a file that is not a valid safetensors file.
+    """
+    p = str(path).rstrip("/")
+    if p.endswith(".npz"):
+        return read_npz(p)
+    if p.endswith(".safetensors"):
+        return torch_layouts.read_safetensors(p)
+    if storage.exists(storage.join(p, HF_WEIGHTS)):
+        return torch_layouts.read_safetensors(storage.join(p, HF_WEIGHTS))
+    if storage.exists(storage.join(p, HF_INDEX)):
+        shards = sorted(set(json.loads(storage.read_text(storage.join(p, HF_INDEX)))["weight_map"].values()))
+        out = {}
+        for shard in shards:
+            out.update(torch_layouts.read_safetensors(storage.join(p, shard)))
+        return out
+    raise FileNotFoundError(f"checkpoint {p!r} is not a weights file: give an .npz (vit_jax, big_vision, BiT), a "
+                            f".safetensors (timm, Hugging Face) or a Hugging Face model folder holding {HF_WEIGHTS}")
 
 
 def _strip_prefix(flat: dict) -> dict:
@@ -154,20 +210,26 @@ def _rename_block(key: str, renames: Mapping[str, str]) -> str:
     return key
 
 
-def canonical_layout(flat: Mapping[str, Any]) -> tuple[dict, bool]:
-    """Renames a checkpoint (vit_jax or big_vision, see the module docstring) to our parameter names.
+def canonical_layout(flat: Mapping[str, Any], shapes: Mapping[str, tuple] | None = None) -> tuple[dict, bool]:
+    """Renames a checkpoint (vit_jax, big_vision, timm or Hugging Face; see the module docstring) to our names.
 
     Args:
-      flat: `{'/'-joined path: array}` as read from the `.npz`.
+      flat: `{'/'-joined path: array}` as read from the `.npz`, or a timm / Hugging Face state dict (`.` names).
+      shapes: our model's flat parameter shapes, if known (the PyTorch layouts do not store the attention heads
+        axis; `torch_layouts.to_vit_jax`).
 
     Returns:
       `(flat, posemb_has_cls)`: the entries under our names (encoder unscanned), and whether the posemb
       `[1, N, D]` has a CLS entry in front of the grid: in the vit_jax layout exactly when the checkpoint has a
-      `cls` token (the model prepends the token, then adds the posemb); never in big_vision's.
+      `cls` token (the model prepends the token, then adds the posemb); never in big_vision's; always in
+      Hugging Face's; in timm's see `torch_layouts`.
 
     Raises:
       ValueError: a big_vision MAP-head checkpoint, or names that collide after renaming.
     """
+    layout = torch_layouts.detect_layout(flat)
+    if layout:
+        return torch_layouts.to_vit_jax(flat, layout, shapes)
     flat = unstack_blocks(_strip_prefix(dict(flat)))
     if any(k.startswith("MAPHead_0/") for k in flat):
         raise ValueError(
@@ -324,7 +386,8 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
     """Loads a published ViT checkpoint into exactly the tree of `init_params`.
 
     Args:
-      checkpoint: an `.npz` path (see `read_npz`) or a dict already read (flat '/'-keys or nested).
+      checkpoint: a weights file (`.npz`, timm `.safetensors`, Hugging Face model folder; see `read_weights`) or
+        a dict already read (flat '/'-keys or nested, or a timm / Hugging Face state dict).
       init_params: the model's `params`: freshly initialised arrays (they supply the re-initialised entries) or
         `jax.ShapeDtypeStruct`s (then no entry may need re-initialising).
       classifier: our `model.classifier`, `'token'` or `'gap'`: whether our posemb `[1, N, D]` has a CLS entry
@@ -358,9 +421,9 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
     except re.error as e:
         raise ValueError(f"re-init regex {reinit!r} is invalid: {e}") from e
     dropped = (lambda k: bool(rx.search(k))) if rx else (lambda k: False)
-    raw = flatten(checkpoint) if isinstance(checkpoint, Mapping) else read_npz(checkpoint)
-    flat, posemb_has_cls = canonical_layout(raw)
+    raw = flatten(checkpoint) if isinstance(checkpoint, Mapping) else read_weights(checkpoint)
     target = flatten(init_params)
+    flat, posemb_has_cls = canonical_layout(raw, {k: tuple(v.shape) for k, v in target.items()})
     if any(k.startswith("Transformer/encoderblock/") for k in target):
         raise ValueError("the model's encoder is scanned (Transformer/encoderblock with a depth axis); load into the "
                          "unscanned layout and stack the blocks with the model's converter")

@@ -316,8 +316,9 @@ def official_options(config, model) -> dict:
     if name == "resnetv2":
         return dict(layout="bit", reinit=config.get("init_reinit", bit.DEFAULT_REINIT))
     if name != "vit":
-        raise ValueError(f"config.init_from {config.init_from!r}: an .npz loads into a ViT (published ViT layouts) "
-                         f"or a ResNetV2 (published BiT layout) only, not model.name {config.model.name!r}")
+        raise ValueError(f"config.init_from {config.init_from!r}: a weights file loads into a ViT (vit_jax, "
+                         "big_vision .npz; timm .safetensors; Hugging Face folder) or a ResNetV2 (BiT .npz) only, "
+                         f"not model.name {config.model.name!r}")
     p = model.arch()["patch_size"]
     src = config.get("init_posemb_grid", "")
     try:
@@ -347,23 +348,27 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
 
     Args:
       path: a workdir (its latest checkpoint), a `checkpoints/` folder (latest), or one `checkpoints/<step>` folder;
-        or a published ViT `.npz` (local or URL), read by `models.official.load` (renamed, posemb resampled,
-        parameters matching `npz_options["reinit"]` taken from `init_params`), or a published BiT `.npz` into a
-        ResNetV2 (`npz_options["layout"] == "bit"`, read by `models.bit.load`).
+        or a ViT weights file (`official.is_weights_file`: a vit_jax / big_vision `.npz`, a timm `.safetensors`, a
+        Hugging Face model folder or its `model.safetensors`; local or URL), read by `models.official.load`
+        (renamed, posemb resampled, parameters matching `npz_options["reinit"]` taken from `init_params`), or a
+        published BiT `.npz` into a ResNetV2 (`npz_options["layout"] == "bit"`, read by `models.bit.load`).
       abstract_params: `ShapeDtypeStruct`s with shardings of the model's parameters.
-      init_params: the freshly initialised parameters (`.npz` only: the values of re-initialised entries).
+      init_params: the freshly initialised parameters (weights files only: the values of re-initialised entries).
       npz_options: keyword arguments of `official.load`, at least `classifier`, or `{"layout": "bit", "reinit": …}`
-        (`.npz` only; see `official_options`).
+        (weights files only; see `official_options`).
 
     Returns:
-      `(params, step)`: step of the source checkpoint (0 for an `.npz`).
+      `(params, step)`: step of the source checkpoint (0 for a weights file).
 
     Raises:
       FileNotFoundError: no checkpoint at `path`.
-      ValueError: the parameter tree does not match the model (first mismatched path and both shapes; for an
-        `.npz`, every unused, missing and mis-shaped entry).
+      ValueError: the parameter tree does not match the model (first mismatched path and both shapes; for a
+        weights file, every unused, missing and mis-shaped entry); a non-`.npz` file for a ResNetV2.
     """
-    if str(path).endswith(".npz"):
+    if official.is_weights_file(path):
+        if npz_options and npz_options.get("layout") == "bit" and not str(path).endswith(".npz"):
+            raise ValueError(f"config.init_from {path!r}: a ResNetV2 loads the BiT .npz layout only (timm and "
+                             "Hugging Face files load into a ViT); see docs/published_models.md")
         if not npz_options:
             raise ValueError(f"loading {path!r} needs npz_options with the model's classifier (official_options)")
         scanned = vit.is_scanned(abstract_params)
@@ -378,35 +383,78 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
         if scanned:
             params = jax.tree.map(np.asarray, vit.stack_blocks(params))
         return _place(params, abstract_params), 0
+    directory, step, meta = _open_params(path)
+    # A checkpoint of the other `model.scan` layout is read in its own layout, then converted.
+    convert = vit.is_scanned(meta) != vit.is_scanned(abstract_params)
+    target = _layout_target(abstract_params, vit.is_scanned(meta)) if convert else abstract_params
+    check_tree_match(target, meta, storage.join(directory, str(step)))
+    # Restore the params subtree only; the optimizer state of the source run is not read.
+    restore_args = jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding, global_shape=s.shape,
+                                                               dtype=s.dtype), target)
+    restored = _restore_params(directory, step, target, restore_args)
+    return (_convert_to(restored, abstract_params) if convert else restored), step
+
+
+def _open_params(path: str, step: int | None = None, what: str = "config.init_from"):
+    """`(checkpoints folder, step, parameter metadata tree)` of a run checkpoint (see `load_params` for `path`);
+    `step` None: the one `path` names, else the newest.
+
+    Raises:
+      FileNotFoundError: no such folder, no checkpoint in it, or no checkpoint `step` (listing the steps there);
+        the message starts with `what` and `path`.
+    """
     path = str(storage.path(path)).rstrip("/")
     if storage.isdir(storage.join(path, "checkpoints")):
         path = storage.join(path, "checkpoints")
     base = storage.basename(path)
     if base.isdigit() and storage.isdir(storage.join(path, "state")):
-        directory, step = path[: -len(base) - 1], int(base)
+        directory, named = path[: -len(base) - 1], int(base)
     else:
-        directory, step = path, None
+        directory, named = path, None
     if not storage.isdir(directory):
-        raise FileNotFoundError(f"config.init_from {path!r}: no such checkpoint folder")
+        raise FileNotFoundError(f"{what} {path!r}: no such checkpoint folder")
     mngr = ocp.CheckpointManager(directory, item_handlers=_item_handlers(),
                                  options=ocp.CheckpointManagerOptions(read_only=True, create=False))
-    step = mngr.latest_step() if step is None else step
-    if step is None:
-        raise FileNotFoundError(f"config.init_from {path!r}: no checkpoint found in {directory}")
-    meta = mngr.item_metadata(step)["state"].tree
-    # A checkpoint of the other `model.scan` layout is read in its own layout, then converted.
-    convert = vit.is_scanned(meta["params"]) != vit.is_scanned(abstract_params)
-    target = _layout_target(abstract_params, vit.is_scanned(meta["params"])) if convert else abstract_params
-    check_tree_match(target, meta["params"], storage.join(directory, str(step)))
-    # Restore the params subtree only; the optimizer state of the source run is not read.
-    restore_args = jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding, global_shape=s.shape,
-                                                               dtype=s.dtype), target)
-    restored = ocp.PyTreeCheckpointer().restore(
+    try:
+        steps = sorted(mngr.all_steps())
+        step = step if step is not None else named if named is not None else mngr.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"{what} {path!r}: no checkpoint found in {directory}")
+        if step not in steps:
+            raise FileNotFoundError(f"{what} {path!r}: no checkpoint step {step} in {directory} (steps there: "
+                                    f"{steps})")
+        return directory, step, mngr.item_metadata(step)["state"].tree["params"]
+    finally:
+        mngr.close()
+
+
+def _restore_params(directory: str, step: int, target, restore_args):
+    """Restores only the `params` subtree of checkpoint `step` (the optimizer state is not read)."""
+    return ocp.PyTreeCheckpointer().restore(
         storage.join(directory, str(step), "state"),
         args=ocp.args.PyTreeRestore(item={"params": target}, restore_args={"params": restore_args},
-                                    partial_restore=True))
-    mngr.close()
-    return (_convert_to(restored["params"], abstract_params) if convert else restored["params"]), step
+                                    partial_restore=True))["params"]
+
+
+def host_params(path: str, step: int | None = None, what: str = "--workdir"):
+    """The parameters of a run checkpoint as host numpy arrays, in the layout they were written in (scanned or
+    not), whatever mesh wrote them (FSDP-sharded arrays are read whole); no model or data needed.
+
+    Args:
+      path: a workdir, its `checkpoints/` folder or one `checkpoints/<step>` folder, local or `gs://`.
+      step: the checkpoint step; None: the one `path` names, else the newest.
+      what: the flag or key `path` came from, for messages.
+
+    Returns:
+      `(params, step)`: a nested dict of numpy arrays (the checkpoint's dtypes), and the step read.
+
+    Raises:
+      FileNotFoundError: no checkpoint folder, no checkpoint, or no checkpoint `step` (listing the steps there).
+    """
+    directory, step, meta = _open_params(path, step, what)
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), meta)
+    restore_args = jax.tree.map(lambda m: ocp.RestoreArgs(restore_type=np.ndarray), meta)
+    return _restore_params(directory, step, target, restore_args), step
 
 
 def params_equal(a, b) -> bool:

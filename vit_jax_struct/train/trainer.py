@@ -33,7 +33,7 @@ from jax.sharding import PartitionSpec as P
 
 from vit_jax_struct import storage
 from vit_jax_struct.data import mixup, permute, pipeline, preprocess, sources
-from vit_jax_struct.models import get_model
+from vit_jax_struct.models import get_model, official
 from vit_jax_struct.train import checkpoint, curves, fewshot_eval, lock, optim, sharding, timing, validate
 from vit_jax_struct.train import metrics as metrics_lib
 from vit_jax_struct.train import runlog as runlog_lib
@@ -89,7 +89,8 @@ def build(config, devices=None):
     `data.permute_patches`), `tx`, `schedule`, `per_host_batch`, `eval_per_host_batch`, `abstract_state`
     (`ShapeDtypeStruct`s with shardings), `init_state` (a jitted function of the init key), `num_classes`,
     `total_steps` (scaled by the subset size when `data.scale_steps_with_data`), `permutation` (or None),
-    `full_train_examples` (the train split's size before any subset).
+    `full_train_examples` (the train split's size before any subset), `class_names` (the train source's, label
+    order; None if it has none).
 
     Raises:
       ValueError / FileNotFoundError: with the offending config value and what is allowed.
@@ -161,7 +162,8 @@ def build(config, devices=None):
                 eval_per_host_batch=eval_per_host, abstract_state=abstract_state, num_classes=num_classes,
                 init_state=jax.jit(init_state, out_shardings=state_sh), total_steps=total_steps,
                 full_train_examples=len(full_train),
-                permutation=perm, value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))))
+                permutation=perm, value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))),
+                class_names=getattr(full_train, "class_names", None))
 
 
 def check_accum_steps(accum_steps: int, batch_size: int, mesh) -> None:
@@ -295,6 +297,9 @@ def evaluate(eval_step, variables, parts, mesh) -> dict:
     return {"eval/accuracy": total["correct"] / total["count"], "eval/loss": total["loss"] / total["count"]}
 
 
+CLASS_NAMES = "class_names.json"  # in the workdir: the class names in label order (a JSON list of strings)
+
+
 def _write_config(config, workdir: str, step: int) -> None:
     """Writes the resolved config to `workdir/config.json`; a different earlier one is kept as config.step<N>.json."""
     path = storage.join(workdir, "config.json")
@@ -355,8 +360,9 @@ def train_and_evaluate(config, workdir: str, devices=None):
 
     Args:
       config: an `ml_collections.ConfigDict` as returned by a `configs/*.py` `get_config`.
-      workdir: run folder: `config.json`, `checkpoints/<step>/`, `metrics.jsonl`, `tensorboard/`, `log.txt`,
-        `curves.png`, `final_metrics.json`, `lock` (held while a run trains; see `train/lock.py`).
+      workdir: run folder: `config.json`, `class_names.json`, `checkpoints/<step>/`, `metrics.jsonl`,
+        `tensorboard/`, `log.txt`, `curves.png`, `final_metrics.json`, `lock` (held while a run trains; see
+        `train/lock.py`).
       devices: devices for the mesh (default: all).
 
     Returns:
@@ -499,16 +505,18 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
         state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))
         if config.get("init_from"):
             with account.measure("restore"):
-                params, src_step = checkpoint.load_params(  # an .npz: a published checkpoint (models/official.py)
+                weights = official.is_weights_file(config.init_from)  # .npz, timm / HF safetensors: models/official.py
+                params, src_step = checkpoint.load_params(
                     config.init_from, abstract_state["params"], state["params"],
-                    checkpoint.official_options(config, parts["model"]) if config.init_from.endswith(".npz") else
-                    None)
+                    checkpoint.official_options(config, parts["model"]) if weights else None)
             state["params"] = params
             logging.info("warm start: parameters from %s (step %d); optimizer state fresh", config.init_from,
                          src_step)
     runlog.open(workdir)  # the run writes from here on: config.json, log.txt (with the records so far), metrics
     if jax.process_index() == 0:
         _write_config(config, workdir, latest or 0)
+        if parts["class_names"] is not None:  # label order, for exported weights (vit_jax_struct/export.py)
+            storage.write_text(storage.join(workdir, CLASS_NAMES), json.dumps(list(parts["class_names"])))
         if parts["permutation"] is not None:
             pm = parts["permutation"]
             permute.save_permutation(workdir, pm["perm"], pm["patch"], config.data.image_size, pm["seed"])
