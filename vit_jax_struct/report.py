@@ -319,8 +319,8 @@ ARCHIVED = ("config.json", "metrics.jsonl", "final_metrics.json", "permutation.j
 
 
 def archive(roots, dest: str) -> list[str]:
-    """Copies the small files of every run below `roots` (`ARCHIVED`, and `analysis/*.json|*.png|*.md`) to
-    `dest/<run name>/`, so a sweep's numbers and figures can be regenerated without its checkpoints (e.g. from
+    """Copies the small files of every finished run (with `final_metrics.json`) below `roots` (`ARCHIVED`, and
+    `analysis/*.json|*.png|*.md`) to `dest/<run name>/`, so a sweep's numbers and figures can be regenerated without its checkpoints (e.g. from
     `docs/results/runs/`). Returns the archived run folders.
 
     Raises:
@@ -330,6 +330,8 @@ def archive(roots, dest: str) -> list[str]:
     for root in roots:
         for d in storage.find_folders_with(root, "config.json", skip=("checkpoints", "analysis")):
             name = storage.basename(d)
+            if not storage.exists(storage.join(d, "final_metrics.json")):
+                continue  # still running, or stopped: not archived until it finishes
             if name in done:
                 raise ValueError(f"two runs named {name!r} ({done[name]} and {d}): archive them to separate folders")
             done[name] = d
