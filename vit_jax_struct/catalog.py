@@ -188,7 +188,8 @@ ROWS = (
         "removing both residuals of one middle block costs accuracy", "≈ −4 % top-1",
         "`model.skip_ablation=3:both` (`mhsa`, `mlp`, `both`; blocks comma-separated)", f"{SWEEP100} --only=vit_skip3",
         "python main.py --config=configs/vit_b16.py --config.model.skip_ablation=6:both --workdir=runs/b16_skip6",
-        comparisons=("R3",), results=("docs/results/scoreboard.md",)),
+        comparisons=("R3",), results=("docs/results/scoreboard.md",),
+        pending="the `vit_skip3` arm of `configs/sweeps/cifar100_permuted.py` (3 seeds)"),
     Row("R4", RAGHU, "§5, Figure 9", "skip removal splits the representation",
         "with block i's skip connections removed, the CKA matrix splits into blocks before and after i",
         "qualitative (CKA heatmap)", "`model.skip_ablation` + analysis CKA",
@@ -196,7 +197,8 @@ ROWS = (
         "python main.py --config=configs/vit_b16.py --config.model.skip_ablation=6:both --workdir=RUN && "
         f"{ANALYZE}",
         results=("docs/results/scoreboard.md",),
-        pending="at the papers' scale: ViT-B/16 with the skip connections of block 6 removed"),
+        pending="the `vit_skip3` arm of `configs/sweeps/cifar100_permuted.py` (3 seeds), then `analysis.verdicts`; at "
+                "the papers' scale: ViT-B/16 with the skip connections of block 6 removed"),
     Row("R5", RAGHU, "§6, Figure 10", "CLS vs GAP: localization",
         "CLS-token ViTs keep spatial localization in the output tokens; GAP models localize less",
         "qualitative (localization maps)", "`model.classifier=gap` + analysis localization",
@@ -204,7 +206,9 @@ ROWS = (
         "python main.py --config=configs/vit_b16.py --config.model.classifier=gap --config.optim.lr=3e-4 "
         f"--workdir=RUN && {ANALYZE}",
         comparisons=("R5acc",), results=("docs/results/scoreboard.md",),
-        pending="at the papers' scale: ViT-B/32 GAP (lr 3e-4) vs CLS; here a 4×4 patch grid at a short budget"),
+        pending="the `vit_gap` arm of `configs/sweeps/cifar100_permuted.py` (3 seeds), then `analysis.verdicts`; a 4×4 "
+                "patch grid at a short budget may leave no room for the contrast (the 8×8-grid arm); the paper: "
+                "ViT-B/32 GAP (lr 3e-4) vs CLS"),
     Row("R6", RAGHU, "§7, Figure 12", "more pretraining data → better 10-shot transfer",
         "10-shot linear probes (closed-form ridge on {−1, +1}) of intermediate layers improve with more "
         "pretraining data (JFT vs ImageNet)", "≈ +30 % 10-shot accuracy",
@@ -230,7 +234,8 @@ ROWS = (
         "python main.py --config=configs/vit_b16.py --config.model.classifier=gap --config.optim.lr=3e-4 "
         f"--workdir=RUN && {ANALYZE} --compare=CLS_RUN",
         results=("docs/results/scoreboard.md",),
-        pending="at the papers' scale: ViT-B/32 GAP (lr 3e-4) vs CLS on JFT/ImageNet")
+        pending="the `vit_gap` arm of `configs/sweeps/cifar100_permuted.py` (3 seeds), then `analysis.verdicts` (GAP "
+                "and CLS models against CLS models of other seeds); the paper: ViT-B/32 on JFT")
 )
 
 COMPARISONS = (
@@ -272,6 +277,12 @@ JUDGEMENTS = {
     "J10err": Judgement("J10", "test error", "no structure − structured data", "positive", "points", max_seeds=5),
     "J10rand": Judgement("J10", "own-set attention mass, a fixed *random* partition (p_i = e_i: no geometry)",
                          "random-partition − grid-partition own-set mass", "none", "mass", margin=0.05, max_seeds=5),
+    "R1": Judgement("R1", "CKA of ViT block 0 with the ResNet's middle units minus with its early units (stem and "
+                    "first stage), per pair of seeds", "ViT block 0: middle − early ResNet units", "positive", "CKA"),
+    "R2": Judgement("R2", "mean attention distance of the heads of the first third of the blocks (8×8 patch grid)",
+                    "10 % − 100 % of the training data", "positive", "px"),
+    "R2local": Judgement("R2", "fraction of local heads (mean distance < 75 % of uniform attention's) in the first "
+                         "third of the blocks", "10 % − 100 % of the training data", "negative", "fraction"),
     "R3": Judgement("R3", ACC, "skip connections of block 3 removed − intact", "negative", "points"),
     "R4": Judgement("R4", "CKA split at the ablated block: mean CKA within the blocks before and within those after, "
                     "minus mean CKA across", "ablated − intact model", "positive", "CKA"),
@@ -279,6 +290,10 @@ JUDGEMENTS = {
                     "its mean CKA with the other patches", "GAP − CLS", "negative", "CKA"),
     "R5acc": Judgement("R5", ACC + " (context; the paper's claim is about localization)", "GAP − CLS", "none",
                        "points", margin=1.0),
+    "R6": Judgement("R6", "10-shot ridge-probe accuracy of the pre-logits on a task never seen in pretraining",
+                    "10 % − 100 % of the pretraining data", "negative", "points"),
+    "R7": Judgement("R7", "CKA of the last block with a full-data model of another seed", "10 % subset (seed s) vs "
+                    "full data (s′ ≠ s) − full data (s) vs full data (s′ ≠ s)", "negative", "CKA"),
     "R8": Judgement("R8", "CKA of the last block with a CLS model of another seed", "GAP (seed s) vs CLS (s′ ≠ s) − "
                     "CLS (s) vs CLS (s′ ≠ s)", "negative", "CKA"),
 }

@@ -42,7 +42,7 @@ def _short(v: dict) -> str:
     e = v["effect"]
     digits = 1 if j.unit == "points" else 3
     if e is None:
-        return f"{v['status']}: {v['comparison']} — no interval ({v['reason']})"
+        return f"**{v['status']}**: {v['comparison']} — no interval ({v['reason']})"
     n = f"n = {e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
     return (f"**{v['status']}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} "
             f"[{e.low:+.{digits}f}, {e.high:+.{digits}f}] ({e.method}" + (f", df {e.df:.1f}" if e.df else "")
