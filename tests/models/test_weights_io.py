@@ -218,10 +218,9 @@ def test_export_then_init_from_is_bitwise(run, fmt, tmp_path):
     assert sorted(again) == sorted(stored) and all(np.array_equal(again[k], stored[k]) for k in stored)
 
 
+@pytest.mark.parametrize("run", ["token_unscanned"], indirect=True)  # the hf layout has a class token only
 def test_analyze_and_warm_start_take_a_hugging_face_folder(run, tmp_path):
-    name, workdir = run
-    if name != "token_unscanned":
-        pytest.skip("the hf layout has a class token only")
+    _, workdir = run
     out = str(tmp_path / "hf")
     assert export.main([f"--workdir={workdir}", "--format=hf", f"--out={out}"]) == 0
     assert official.is_weights_file(out) and official.is_weights_file(out + "/model.safetensors")
@@ -244,10 +243,9 @@ def test_analyze_and_warm_start_take_a_hugging_face_folder(run, tmp_path):
     assert int(state["step"]) == 1
 
 
+@pytest.mark.parametrize("run", ["token_unscanned"], indirect=True)  # one run is enough
 def test_bad_export_input_is_one_line_and_writes_nothing(run, tmp_path, capsys):
-    name, workdir = run
-    if name != "token_unscanned":
-        pytest.skip("one run is enough")
+    _, workdir = run
     from absl import logging
 
     level = logging.get_absl_logger().level  # main() quiets Orbax while it runs, and only then
