@@ -214,7 +214,7 @@ def _arm(values, unit: str) -> str:
         return "—"
     digits = 1 if unit == "points" else 3
     mean = sum(values) / len(values)
-    sd = stats._sd(values)
+    sd = stats.sample_sd(values)
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "") + f" (n={len(values)})"
 
 

@@ -68,7 +68,8 @@ class Effect:
         return dataclasses.asdict(self)
 
 
-def _sd(x) -> float | None:
+def sample_sd(x) -> float | None:
+    """Sample standard deviation (ddof 1) of `x`; None for fewer than 2 values."""
     return float(np.std(x, ddof=1)) if len(x) > 1 else None
 
 
@@ -90,7 +91,8 @@ def welch(treatment, baseline, confidence: float = CONFIDENCE) -> Effect | None:
     else:
         ci = res.confidence_interval(confidence_level=confidence)
         low, high, df = float(ci.low), float(ci.high), float(res.df)
-    return Effect(delta, low, high, df, "Welch t", len(t), len(b), float(t.mean()), float(b.mean()), _sd(t), _sd(b))
+    return Effect(delta, low, high, df, "Welch t", len(t), len(b), float(t.mean()), float(b.mean()), sample_sd(t),
+                  sample_sd(b))
 
 
 def one_sample(values, null: float = 0.0, confidence: float = CONFIDENCE, n_baseline: int = 0,
@@ -109,7 +111,7 @@ def one_sample(values, null: float = 0.0, confidence: float = CONFIDENCE, n_base
         ci = res.confidence_interval(confidence_level=confidence)
         low, high, df = float(ci.low) - null, float(ci.high) - null, float(res.df)
     return Effect(delta, low, high, df, "one-sample t", len(v), n_baseline, float(v.mean()),
-                  null if baseline_mean is None else baseline_mean, _sd(v), None)
+                  null if baseline_mean is None else baseline_mean, sample_sd(v), None)
 
 
 def bootstrap(treatment, baseline, n_resamples: int = 9999, seed: int = 0,
@@ -129,7 +131,7 @@ def bootstrap(treatment, baseline, n_resamples: int = 9999, seed: int = 0,
                                     rng=np.random.default_rng(seed), vectorized=True)
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return Effect(delta, low, high, None, f"bootstrap ({n_resamples} resamples)", len(t), len(b),
-                  float(t.mean()), float(b.mean()), _sd(t), _sd(b))
+                  float(t.mean()), float(b.mean()), sample_sd(t), sample_sd(b))
 
 
 def status(effect: Effect | None, expect: str, margin: float | None = None,
