@@ -137,3 +137,29 @@ def test_tfds_source_reads_a_prepared_dataset_and_explains_a_missing_one(tmp_pat
         assert r["image"].shape == (32, 32, 3) and r["image"].dtype == np.uint8 and 0 <= r["label"] < 100
     with pytest.raises(ValueError, match=r"TFDS dataset 'cifar10' split 'train' is not prepared as array_record"):
         sources.TfdsSource("cifar10", "train", data_dir=str(tmp_path))
+
+
+def test_in_memory_source_gives_the_folder_batches_bit_for_bit(tmp_path):
+    root = write_image_folder(tmp_path, splits=("train",), per_class=7, size=10)
+    folder = sources.nested_subset(sources.ImageFolderSource(root, "train"), fraction=0.5, seed=3)
+    mem = sources.InMemorySource(folder, num_threads=3)
+    assert mem.images.shape == (len(folder), 10, 10, 3) and mem.images.dtype == np.uint8
+    assert (mem.num_classes, mem.class_names) == (3, ["cat", "dog", "frog"])
+    for i in range(len(folder)):
+        np.testing.assert_array_equal(mem[i]["image"], folder[i]["image"])
+        assert mem[i]["label"] == folder[i]["label"]
+    tp = preprocess.TrainPreprocess(8, "pad", pad=2, flip=True, value_range=None)
+    a, b = pipeline.train_iterator(folder, tp, 4, seed=5), pipeline.train_iterator(mem, tp, 4, seed=5)
+    for _ in range(6):  # 24 examples: past the end of the 10-example subset's first epoch
+        x, y = next(a), next(b)
+        np.testing.assert_array_equal(x["image"], y["image"])
+        np.testing.assert_array_equal(x["label"], y["label"])
+
+
+def test_in_memory_source_refuses_mixed_sizes_and_undecoded_records(tmp_path):
+    root = write_image_folder(tmp_path, splits=("train",), classes=("a",), per_class=2, size=10)
+    Image.fromarray(np.zeros((6, 9, 3), np.uint8)).save(os.path.join(root, "train", "a", "small.png"))
+    with pytest.raises(ValueError, match=r"images of one size: .*small.png is 9x6, .*0.jpg is 10x10"):
+        sources.InMemorySource(sources.ImageFolderSource(root, "train"))
+    with pytest.raises(ValueError, match="needs decoded records"):
+        sources.InMemorySource(sources.ImageFolderSource(root, "train", lazy=True))

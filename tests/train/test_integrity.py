@@ -198,6 +198,24 @@ def test_config_errors_name_key_value_and_allowed_before_anything_is_written(tmp
     assert not (tmp_path / "w").exists()
 
 
+def test_in_memory_data_trains_on_the_same_batches_as_the_files(tmp_path, caplog):
+    root = write_image_folder(tmp_path / "data", per_class=8, size=8)
+    base = dict(total_steps=3, eval_every_steps=3, checkpoint_every_steps=3, **{
+        "data.source": "folder", "data.root": root, "data.num_classes": 0, "data.eval_examples": 0,
+        "pp.train_crop": "pad"})
+    _, files = trainer.train_and_evaluate(tiny_config(**base), str(tmp_path / "files"))
+    with caplog.at_level(logging.INFO):
+        _, mem = trainer.train_and_evaluate(tiny_config(**base, **{"data.in_memory": True}), str(tmp_path / "mem"))
+    same = lambda m: {k: v for k, v in m.items() if not k.startswith(("time/", "goodput", "train/images_per_sec"))}
+    assert same(mem) == same(files) and "train/loss" in same(mem)  # bit for bit: train loss, eval accuracy, loss
+    assert "held in memory (data.in_memory)" in (tmp_path / "mem" / "log.txt").read_text()
+    with pytest.raises(validate.ConfigError, match=r"config.data.in_memory True needs config.data.decode_errors "
+                                                   r"'raise'"):
+        trainer.train_and_evaluate(tiny_config(**base, **{"data.in_memory": True, "data.decode_errors": "skip"}),
+                                   str(tmp_path / "w"))
+    assert not (tmp_path / "w").exists()
+
+
 def test_cli_prints_one_line_and_exits_2_for_a_config_error_and_shows_the_trace_on_request(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     cmd = [sys.executable, "main.py", "--config=configs/vit_l16.py:runlocal", "--config.data.image_size=0"]

@@ -128,7 +128,7 @@ def data_line(config, parts) -> str:
     every = " (evenly spread subset)" if d.get("eval_examples") else ""
     return (f"data: {d.source}{where}; {parts['num_classes']} classes; train split {d.train_split!r}: {full:,} "
             f"examples{subset}; eval split {d.eval_split!r}: {ev:,} examples{every}; images {d.image_size}x"
-            f"{d.image_size} px")
+            f"{d.image_size} px" + ("; decoded once, held in memory (data.in_memory)" if d.get("in_memory") else ""))
 
 
 def augmentation_line(config) -> str:

@@ -106,8 +106,9 @@ def build(config, devices=None):
     data = config.data
     # Folder JPEGs reach TrainPreprocess undecoded, so it can decode them at reduced size (pp.jpeg_draft); under
     # decode_errors='skip' they are decoded in the source, where SkipUnreadable catches a bad file.
+    in_memory = bool(data.get("in_memory", False))
     lazy = (config.pp.get("jpeg_draft", True) and config.pp.get("train_crop", "inception") == "inception"
-            and data.get("decode_errors", "raise") == "raise")
+            and data.get("decode_errors", "raise") == "raise" and not in_memory)
     decoder = config.pp.get("jpeg_decoder", "pillow")
     full_train = sources.get_source(data, data.train_split, lazy=lazy, jpeg_decoder=decoder)
     train_source = sources.nested_subset(full_train, data.get("train_fraction", 0.0), data.get("train_examples", 0),
@@ -120,6 +121,14 @@ def build(config, devices=None):
         data.get("eval_examples", 0))
     if data.get("decode_errors", "raise") == "skip":
         train_source, eval_source = sources.SkipUnreadable(train_source), sources.SkipUnreadable(eval_source)
+    if in_memory:  # decoded once here; the batches are those the files would give (sources.InMemorySource)
+        threads = max(2, int(data.get("num_threads", 2)))
+        train_source = sources.InMemorySource(train_source, threads)
+        eval_source = sources.InMemorySource(eval_source, threads)
+        logging.info("data.in_memory: %s train + %s eval images decoded into %.1f MiB in %.1f s",
+                     f"{len(train_source):,}", f"{len(eval_source):,}",
+                     (train_source.images.nbytes + eval_source.images.nbytes) / 2**20,
+                     train_source.load_seconds + eval_source.load_seconds)
     num_classes = train_source.num_classes
     if data.get("num_classes") and data.num_classes != num_classes:
         raise ValueError(f"config.data.num_classes {data.num_classes} differs from the {num_classes} classes "

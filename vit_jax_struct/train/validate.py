@@ -128,6 +128,7 @@ RULES = {
     "data.prefetch": _int(0),
     "data.worker_count": _int(0),
     "data.decode_errors": _enum("raise", "skip"),
+    "data.in_memory": _bool,
     "pp.train_crop": _enum(*preprocess.TRAIN_CROPS),
     "pp.crop_area_min": _float(0, 1, lo_open=True),
     "pp.pad": _int(0),
@@ -222,6 +223,9 @@ def validate(config) -> None:
     if train_n is not _MISSING and hold_n is not _MISSING and hold_n >= train_n:
         raise ConfigError(f"config.fewshot.holdout_examples {hold_n} must be < config.fewshot.train_examples "
                           f"{train_n} (the shots come from the rest)")
+    if _get(config, "data.in_memory") is True and _get(config, "data.decode_errors") == "skip":
+        raise ConfigError("config.data.in_memory True needs config.data.decode_errors 'raise' (an unreadable image "
+                          "stops the load, naming it; run vit_jax_struct.data.verify to find such files)")
     source = _get(config, "data.source")
     if source == "folder" and not _get(config, "data.root"):
         raise ConfigError("config.data.root '' must name the image folder root/{train,test}/<class>/*.jpg for "
