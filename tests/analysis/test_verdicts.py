@@ -20,3 +20,21 @@ def test_cka_split_is_within_minus_across_at_the_block():
     assert verdicts.cka_split(np.ones((6, 6)), layers, 2) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="does not split"):
         verdicts.cka_split(m, layers, 0)
+
+
+def test_uniform_attention_distance_is_the_mean_distance_between_two_patches():
+    # 2x2 grid: of the 16 ordered pairs, 4 are a patch with itself, 8 neighbours (1 patch) and 4 diagonals (√2).
+    assert verdicts.uniform_attention_distance(2, 10) == pytest.approx(10 * (8 + 4 * np.sqrt(2)) / 16)
+    assert verdicts.uniform_attention_distance(1, 8) == 0.0
+
+
+def test_early_heads_uses_the_first_third_of_the_blocks_and_the_local_threshold():
+    uniform = verdicts.uniform_attention_distance(2, 10)  # 8.54 px; local: below 6.40 px
+    res = {"model": {"patch_size": 10}, "localization": {"matrix": np.eye(4).tolist()},
+           "attention_distance_pixels": {"block00": [2.0, 8.0], "block01": [6.0, 7.0], "block02": [9.0, 9.0],
+                                         "block03": [9.0, 9.0], "block04": [9.0, 9.0], "block05": [9.0, 9.0]}}
+    mean, local = verdicts.early_heads(res)  # blocks 0-1 of 6
+    assert mean == pytest.approx(23.0 / 4) and local == pytest.approx(2 / 4)
+    assert 0.75 * uniform == pytest.approx(6.402, abs=1e-3)
+    with pytest.raises(ValueError, match="lacks attention_distance_pixels"):
+        verdicts.early_heads({"model": {"patch_size": 10}})

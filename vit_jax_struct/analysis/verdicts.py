@@ -15,7 +15,16 @@ values of each judged row (`catalog.JUDGEMENTS`):
 - R5: the localization margin — the CKA of each final-block output token with its own input patch minus its mean
   CKA with the other patches (Raghu et al. §6) — GAP against CLS;
 - R8: the CKA of the last block of a GAP run (seed s) with the CLS run of seed s′ ≠ s, against the same for a CLS
-  run of seed s (a cross-seed baseline: two CLS models differ too).
+  run of seed s (a cross-seed baseline: two CLS models differ too);
+- data-size arms (`data.train_fraction` < 1, CLS, standard attention) against the full-data CLS runs:
+  R2 — the mean attention distance (pixels) of the heads of the first third of the blocks, and R2local — the
+  fraction of those heads whose mean distance is below 75 % of uniform attention's (`uniform_attention_distance`);
+  R6 — the 10-shot ridge-probe accuracy of the pre-logits on the digits (`fewshot/digits_10shot` of the run's last
+  evaluation; a task the model never saw); R7 — the last-block CKA of the subset model (seed s) with the full-data
+  model of seed s′ ≠ s, against full data (s) vs full data (s′).
+
+Every comparison names its sweep (data set, model, step budget), so verdict files of several sweeps can be read
+together.
 """
 
 from __future__ import annotations
@@ -52,6 +61,35 @@ def cka_split(matrix, layers, block: int) -> float:
     return float(np.mean(within) - np.mean(across))
 
 
+def uniform_attention_distance(grid: int, patch: int) -> float:
+    """Mean attention distance (pixels) of a head attending uniformly over a `grid`×`grid` patch grid: the mean
+    Euclidean distance between the centres of two patches drawn independently (a patch with itself included),
+    times the patch size `patch` (px). 4×4 grid of 8-px patches: 16.1 px; 8×8 grid of 4-px patches: 16.6 px.
+    (Dosovitskiy et al. 2021 Fig. 7's measure for a head with uniform weights.)"""
+    ys, xs = np.divmod(np.arange(grid * grid), grid)
+    d = np.hypot(ys[:, None] - ys[None, :], xs[:, None] - xs[None, :])
+    return float(d.mean() * patch)
+
+
+def early_heads(res: dict, local_fraction: float = 0.75) -> tuple[float, float]:
+    """(mean attention distance in px, fraction of local heads) over the heads of the first third of the blocks
+    (at least one block) of an `analysis.json`: local = mean distance < `local_fraction` × uniform attention's.
+
+    Raises:
+      ValueError: no attention distances (a model without attention maps) or no patch size in the record.
+    """
+    dist = res.get("attention_distance_pixels") or {}
+    blocks = sorted(k for k in dist if k.startswith("block"))
+    patch = (res.get("model") or {}).get("patch_size")
+    if not blocks or not patch or "localization" not in res:
+        raise ValueError("analysis.json lacks attention_distance_pixels, model.patch_size or the localization matrix "
+                         "(whose side is the number of patches)")
+    grid = int(round(np.sqrt(len(res["localization"]["matrix"]))))
+    heads = np.concatenate([np.ravel(dist[b]) for b in blocks[:max(1, len(blocks) // 3)]])
+    uniform = uniform_attention_distance(grid, int(np.ravel(patch)[0]))
+    return float(heads.mean()), float(np.mean(heads < local_fraction * uniform))
+
+
 def _last_block_cka(res: dict) -> float:
     c = res["cka_across"]
     layers, others = c["layers"], c["other_layers"]
@@ -69,12 +107,12 @@ def find_arms(root: str) -> dict:
         r = report.read_run(d)
         if r is None or r["family"] != "vit" or report.mark([r])[0]["smoke"]:
             continue
-        key = (r["attention"], r["classifier"], r["skip_ablation"], r["permutation"])
+        key = (r["attention"], r["classifier"], r["skip_ablation"], r["permutation"], float(r["train_fraction"]))
         arms.setdefault(key, {})[int(r["seed"])] = d
     return arms
 
 
-BASE = ("standard", "token", "-", "none")
+BASE = ("standard", "token", "-", "none", 1.0)  # the baseline arm: CLS, standard attention, intact, all the data
 
 
 def ensure_analyses(arms: dict, num_examples: int, batch: int) -> dict:
@@ -89,6 +127,7 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int) -> dict:
         for seed, workdir in sorted(by_seed.items()):
             ref = None
             if key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none" and len(seeds) > 1:
+                # R7/R8: a CLS, GAP or subset model of seed s against the full-data CLS model of the next seed s′.
                 others = [s for s in seeds if s != seed]
                 ref = base[others[(seeds.index(seed) if seed in seeds else 0) % len(others)]]
             path = storage.join(workdir, "analysis", "analysis.json")
@@ -101,35 +140,76 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int) -> dict:
     return out
 
 
+def sweep_label(workdir: str) -> str:
+    """"<data set>, <model>, <n> steps" of a run (`report.read_run`), naming the sweep in every comparison."""
+    r = report.read_run(workdir)
+    return f"{r['dataset']}, {r['model']}, {r['total_steps']} steps" if r else workdir
+
+
+def _fewshot(workdir: str, key: str = "fewshot/digits_10shot"):
+    """The last logged value of `key` in a run's metrics.jsonl, in points (%), or None."""
+    from vit_jax_struct.train import metrics
+
+    got = None
+    for rec in metrics.read_metrics(workdir):
+        if key in rec:
+            got = 100.0 * rec[key]
+    return got
+
+
 def verdict_inputs(arms: dict, results: dict) -> list[dict]:
-    """The per-seed values of J4, R4, R5 and R8 (`report.verdicts_from_file` format)."""
+    """The per-seed values of J4, R2, R4, R5, R6, R7 and R8 (`report.verdicts_from_file` format)."""
     base = arms.get(BASE, {})
+    base_runs = [base[s] for s in sorted(base)]
+    label = f" ({sweep_label(base_runs[0])})" if base_runs else ""
     out = []
     for key, by_seed in sorted(arms.items()):
         runs = [by_seed[s] for s in sorted(by_seed)]
         res = [results[w] for w in runs]
+        if key[4] < 1.0 and key[:4] == BASE[:4] and base:  # a data-size arm: R2, R2local, R6, R7
+            pct = f"{100 * key[4]:g} %"
+            for name, idx, what in (("R2", 0, "mean attention distance of the early heads"),
+                                    ("R2local", 1, "fraction of local early heads")):
+                out.append({"key": name, "comparison": f"{pct} vs 100 % of the training data: {what}{label}",
+                            "treatment": [early_heads(r)[idx] for r in res],
+                            "baseline": [early_heads(results[w])[idx] for w in base_runs], "method": "welch",
+                            "runs": runs + base_runs})
+            shots_t = [v for v in map(_fewshot, runs) if v is not None]
+            shots_b = [v for v in map(_fewshot, base_runs) if v is not None]
+            if shots_t and shots_b:
+                out.append({"key": "R6",
+                            "comparison": f"{pct} vs 100 % of the pretraining data: 10-shot digits{label}",
+                            "treatment": shots_t, "baseline": shots_b, "method": "welch", "runs": runs + base_runs})
+            out.append({"key": "R7", "comparison": f"{pct} subset vs full data: last-block CKA with a full-data model "
+                        f"of another seed{label}", "treatment": [_last_block_cka(r) for r in res if "cka_across" in r],
+                        "baseline": [_last_block_cka(results[w]) for w in base_runs if "cka_across" in results[w]],
+                        "method": "welch", "runs": runs + base_runs})
+            continue
+        if key[4] < 1.0:
+            continue
         if key[3] == "patch" and key[:3] == BASE[:3]:  # π⁻¹ re-indexes the posemb grid only at the patch grain
             vals = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_null"]["mean"] for r in res
                     if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
-            out.append({"key": "J4", "comparison": "patches permuted (blocks of the patch size): locality after π⁻¹ − null",
+            out.append({"key": "J4", "comparison": "patches permuted (blocks of the patch size): locality after π⁻¹ − "
+                        f"null{label}",
                         "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs})
         if key[2] != "-" and key[:2] == BASE[:2] and key[3] == "none" and base:
             block = int(key[2].split(":")[0].split(",")[0])
             split = lambda r: cka_split(r["cka"]["matrix"], r["cka"]["layers"], block)  # noqa: E731
-            out.append({"key": "R4", "comparison": f"skip connections removed ({key[2]}) vs intact",
+            out.append({"key": "R4", "comparison": f"skip connections removed ({key[2]}) vs intact{label}",
                         "treatment": [split(r) for r in res],
-                        "baseline": [split(results[base[s]]) for s in sorted(base)], "method": "welch",
-                        "runs": runs + [base[s] for s in sorted(base)]})
+                        "baseline": [split(results[w]) for w in base_runs], "method": "welch",
+                        "runs": runs + base_runs})
         if key[1] == "gap" and key[2] == "-" and key[3] == "none" and base:
             margin = lambda r: localization_margin(r["localization"]["matrix"])  # noqa: E731
-            base_runs = [base[s] for s in sorted(base)]
-            out.append({"key": "R5", "comparison": "GAP vs CLS: localization margin of the final block",
+            out.append({"key": "R5", "comparison": f"GAP vs CLS: localization margin of the final block{label}",
                         "treatment": [margin(r) for r in res],
                         "baseline": [margin(results[w]) for w in base_runs], "method": "welch",
                         "runs": runs + base_runs})
             cross_t = [_last_block_cka(r) for r in res if "cka_across" in r]
             cross_b = [_last_block_cka(results[w]) for w in base_runs if "cka_across" in results[w]]
-            out.append({"key": "R8", "comparison": "GAP vs CLS: last-block CKA with a CLS model of another seed",
+            out.append({"key": "R8", "comparison": f"GAP vs CLS: last-block CKA with a CLS model of another "
+                        f"seed{label}",
                         "treatment": cross_t, "baseline": cross_b, "method": "welch", "runs": runs + base_runs})
     return out
 
