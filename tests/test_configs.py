@@ -162,6 +162,30 @@ def test_cifar100_sweep_arms_build_with_the_positive_control_and_seed_major_orde
         sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar100_permuted.py") + ":seeds=4")
 
 
+def test_grid8_sweep_arms_build_an_8x8_patch_grid_in_memory_in_seed_major_order(tmp_path):
+    from launch import sweep
+
+    root = write_image_folder(tmp_path / "data", classes=("a", "b"), per_class=5, size=32)
+    sw = sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar10_grid8.py") + f":steps=8,root={root}")
+    names = [r["name"] for r in sw["runs"]]
+    assert len(names) == 15 and names[:6] == ["full,seed=0", "frac0.1,seed=0", "frac0.3,seed=0", "gap,seed=0",
+                                              "positional,seed=0", "full,seed=1"]
+    sizes = {}
+    for run in sw["runs"][:5]:
+        path, _, arg = run["config"].partition(":")
+        c = load(path, arg)
+        apply_overrides(c, {**sw["overrides"], **run["overrides"]})
+        c.data.num_classes = 0
+        parts = trainer.build(c)
+        assert parts["total_steps"] == 8 and c.fewshot.every_steps == 2 and c.data.in_memory
+        assert parts["model"].arch()["patch_size"] == 4 and parts["train_source"].images.shape[1:] == (32, 32, 3)
+        sizes[run["name"]] = len(parts["train_source"])
+    assert sizes == {"full,seed=0": 10, "frac0.1,seed=0": 1, "frac0.3,seed=0": 3, "gap,seed=0": 10,
+                     "positional,seed=0": 10}
+    with pytest.raises(ValueError, match="seeds=4 must be 1 … 3"):
+        sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar10_grid8.py") + ":seeds=4")
+
+
 def test_sweep_runs_jobs_in_parallel_and_skips_finished_runs(tmp_path, capsys):
     from launch import sweep
 

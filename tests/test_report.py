@@ -145,3 +145,25 @@ def test_report_writes_training_curve_pngs(tmp_path):
         plots.training_curves({}, os.path.join(out, "x.png"), "empty")
 
 
+
+
+def test_archive_keeps_each_sweep_in_its_own_folder_and_skips_unfinished_runs(tmp_path):
+    a, b = str(tmp_path / "sweepA"), str(tmp_path / "sweepB")
+    for root, name in ((a, "r0"), (b, "r0"), (b, "r1")):
+        _run(root, name, 0.5)
+        with open(os.path.join(root, name, "final_metrics.json"), "w") as f:
+            json.dump({"eval/accuracy": 0.5}, f)
+    _run(b, "unfinished", 0.4)
+    os.makedirs(os.path.join(b, "r1", "analysis"))
+    with open(os.path.join(b, "r1", "analysis", "analysis.json"), "w") as f:
+        f.write("{}")
+    dest = str(tmp_path / "archive")
+    assert report.archive([a, b + "/"], dest) == [os.path.join(dest, "sweepA"), os.path.join(dest, "sweepB")]
+    assert sorted(os.listdir(os.path.join(dest, "sweepB"))) == ["r0", "r1"]
+    assert sorted(os.listdir(os.path.join(dest, "sweepB", "r1"))) == ["analysis", "config.json",
+                                                                       "final_metrics.json", "metrics.jsonl"]
+    with open(os.path.join(dest, "sweepA", "r0", "metrics.jsonl")) as f, open(os.path.join(a, "r0",
+                                                                                          "metrics.jsonl")) as g:
+        assert f.read() == g.read()
+    with pytest.raises(ValueError, match="two sweep roots named 'sweepA'"):
+        report.archive([a, a], dest)

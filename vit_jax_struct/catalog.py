@@ -21,7 +21,6 @@ import dataclasses
 JELASSI = "Jelassi, Sander & Li 2022"
 RAGHU = "Raghu et al. 2021"
 
-SWEEP = "python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run"
 SWEEP100 = ("python launch/sweep.py --sweep=configs/sweeps/cifar100_permuted.py --root=runs/cifar100_permuted --run "
             "--jobs=2")
 CIFAR = "python main.py --config=configs/cifar10_vit.py --config.data.root=data/cifar10"
@@ -34,8 +33,11 @@ VERDICTS = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar100_per
 ANALYZE_PUBLISHED = ("python main.py --mode=analyze --config=configs/vit_b16.py:folder=IMAGENET "
                      "--config.data.eval_split=val --config.init_from=ViT-B_16.npz "
                      "--compare_config=configs/bit.py:r50x1 --compare_init_from=BiT-M-R50x1.npz --workdir=OUT")
-DATASIZE = ("python -m vit_jax_struct.analysis.datasize --runs=runs/cifar_ablations --steps=4000 "
-            "--out=docs/results/datasize")
+SWEEP8 = "python launch/sweep.py --sweep=configs/sweeps/cifar10_grid8.py --root=runs/cifar10_grid8 --run"
+VERDICTS8 = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar10_grid8 "
+             "--out=docs/results/analysis/verdicts_grid8.json")
+GRID8 = ("the 8×8-grid (4-px patch) arms of `configs/sweeps/cifar10_grid8.py` (3 seeds, 2,000 steps; ≈ 4 hours on 2 "
+         "CPU cores, started, not finished)")
 ACCEL = "needs an accelerator: ImageNet-scale training or analysis of published checkpoints (hours on a TPU/GPU)"
 
 
@@ -88,7 +90,7 @@ class Comparison:
     what: str
     family: str
     knobs: dict
-    budgets: tuple = (500, 1000, 4000)
+    budgets: tuple = (500, 1000, 2000, 4000)
 
 
 ROWS = (
@@ -179,11 +181,10 @@ ROWS = (
         "with less pretraining data the lower layers do not learn local heads (attention distance stays large), "
         "and accuracy is lower", "ImageNet-only ViT-L/16 has no local early heads; JFT does",
         "`data.train_fraction` + analysis: mean attention distance per head",
-        f"{SWEEP} --only=train_fraction && {DATASIZE}",
+        f"{SWEEP8} --only=frac && {VERDICTS8}",
         "python main.py --mode=analyze --config=configs/vit_l16.py:folder=IMAGENET --config.data.eval_split=val "
         "--config.init_from=ViT-L_16.npz --workdir=OUT  # an ImageNet-21k checkpoint; then an ImageNet-1k-only one",
-        pending="the data-size arms with the 8×8-grid (4-px patch) ViT of `configs/sweeps/cifar_ablations.py` (3 seeds; "
-                "a 4×4 patch grid leaves no room for local heads); hours on 2 CPU cores, not run on the current sweep"),
+        pending=f"the data-size arms of {GRID8}; a 4×4 patch grid leaves no room for local heads"),
     Row("R3", RAGHU, "§5, Figure 9", "skip connections removed in a middle block",
         "removing both residuals of one middle block costs accuracy", "≈ −4 % top-1",
         "`model.skip_ablation=3:both` (`mhsa`, `mlp`, `both`; blocks comma-separated)", f"{SWEEP100} --only=vit_skip3",
@@ -214,19 +215,19 @@ ROWS = (
         "pretraining data (JFT vs ImageNet)", "≈ +30 % 10-shot accuracy",
         "`data.train_fraction` + the few-shot evaluator `config.fewshot` (`configs/cifar10_vit.py:fewshot`: "
         "CIFAR-10 and the embedded digits, a downstream task of other classes and another domain)",
-        f"{SWEEP} --only=train_fraction && {DATASIZE}",
+        f"{SWEEP8} --only=frac && {VERDICTS8}",
         "python main.py --config=configs/vit_b16.py:data=i21k --config.fewshot.every_steps=10000 --workdir=RUN  "
         "# vs configs/vit_b16.py (ImageNet-1k)",
-        pending="the data-size arms of `configs/sweeps/cifar_ablations.py` (3 seeds, with the few-shot evaluator); "
-                "not run on the current sweep"),
+        pending=f"the data-size arms of {GRID8}, with the few-shot evaluator"),
     Row("R7", RAGHU, "§7, Figure 13", "smaller pretraining subsets: higher layers diverge",
         "models pretrained on 3–30 % subsets have lower layers similar to the 100 % model's and higher layers "
         "that diverge (CKA of each block to the same block of the 100 % model)", "qualitative (CKA vs block)",
         "`data.train_fraction` + analysis CKA `--compare=FULL_RUN` (`vit_jax_struct/analysis/datasize.py`)",
-        f"{SWEEP} --only=train_fraction && {DATASIZE}",
+        f"{SWEEP8} --only=frac && {VERDICTS8}",
         "python main.py --config=configs/vit_b16.py:data=i21k --config.data.train_fraction=0.03 --workdir=RUN && "
         f"{ANALYZE} --compare=FULL_DATA_RUN",
-        pending="the data-size arms (10 / 30 / 100 %, ≥ 3 seeds, subsets compared with full-data models of other seeds) of `configs/sweeps/cifar_ablations.py`, with the 8×8-grid (4-px patch) ViT; hours on 2 CPU cores, not run on the current sweep"),
+        pending=f"the data-size arms (10 / 30 / 100 %; subsets compared with full-data models of other seeds) of "
+                f"{GRID8}"),
     Row("R8", RAGHU, "§6, Figure 11", "CLS vs GAP: representation similarity",
         "GAP and CLS models differ most in the last layers (the CLS token separates from the patch tokens)",
         "qualitative (CKA)", "`model.classifier=gap` + analysis CKA `--compare`",

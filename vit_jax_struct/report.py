@@ -320,14 +320,21 @@ ARCHIVED = ("config.json", "metrics.jsonl", "final_metrics.json", "permutation.j
 
 def archive(roots, dest: str) -> list[str]:
     """Copies the small files of every finished run (with `final_metrics.json`) below `roots` (`ARCHIVED`, and
-    `analysis/*.json|*.png|*.md`) to `dest/<run name>/`, so a sweep's numbers and figures can be regenerated without its checkpoints (e.g. from
-    `docs/results/runs/`). Returns the archived run folders.
+    `analysis/*.json|*.png|*.md`) to `dest/<sweep>/<run name>/`, `<sweep>` being the root's own folder name, so a
+    sweep's numbers and figures can be regenerated without its checkpoints (e.g. from `docs/results/runs/`).
+    Returns the archived sweep folders `dest/<sweep>`, one per root.
 
     Raises:
-      ValueError: two runs of the same name below `roots`.
+      ValueError: two roots with the same folder name, or two runs of the same name below one root.
     """
-    done = {}
+    out_roots = {}
     for root in roots:
+        sweep = storage.basename(str(root).rstrip("/"))
+        if sweep in out_roots:
+            raise ValueError(f"two sweep roots named {sweep!r} ({out_roots[sweep][0]} and {root}): archive them to "
+                             "separate folders")
+        out_roots[sweep] = (root, storage.join(dest, sweep))
+        done = {}
         for d in storage.find_folders_with(root, "config.json", skip=("checkpoints", "analysis")):
             name = storage.basename(d)
             if not storage.exists(storage.join(d, "final_metrics.json")):
@@ -335,7 +342,7 @@ def archive(roots, dest: str) -> list[str]:
             if name in done:
                 raise ValueError(f"two runs named {name!r} ({done[name]} and {d}): archive them to separate folders")
             done[name] = d
-            out = storage.join(dest, name)
+            out = storage.join(dest, sweep, name)
             storage.makedirs(out)
             for f in ARCHIVED:
                 if storage.exists(storage.join(d, f)):
@@ -346,7 +353,7 @@ def archive(roots, dest: str) -> list[str]:
                 for f in storage.listdir(adir):
                     if f.endswith((".json", ".png", ".md")):
                         storage.write_bytes(storage.join(out, "analysis", f), storage.read_bytes(storage.join(adir, f)))
-    return [storage.join(dest, n) for n in sorted(done)]
+    return [out for _, out in out_roots.values()]
 
 
 def main(argv=None) -> int:
@@ -357,7 +364,8 @@ def main(argv=None) -> int:
     ap.add_argument("--verdicts", action="append", default=[],
                     help="a result file of per-seed verdict values (JSON list; repeatable), e.g. the theory study's")
     ap.add_argument("--archive", default="",
-                    help="first copy the runs' small files (no checkpoints) here, then read the runs from it")
+                    help="first copy the runs' small files (no checkpoints) to ARCHIVE/<sweep folder name>/<run>, "
+                    "then read the runs from there")
     ap.add_argument("--curves", action=argparse.BooleanOptionalAction, default=True,
                     help="write PNG training curves to OUT/curves/ (per run and per comparison)")
     args = ap.parse_args(argv)
@@ -367,8 +375,7 @@ def main(argv=None) -> int:
             return 2
     roots = args.runs
     if args.archive:
-        archive(roots, args.archive)
-        roots = [args.archive]
+        roots = archive(roots, args.archive)
     runs = mark(find_runs(roots))
     if not runs:
         print(f"error: no evaluated runs below {args.runs}", file=sys.stderr)

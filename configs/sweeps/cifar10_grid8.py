@@ -1,0 +1,49 @@
+"""CIFAR-10 with 4-px patches (an 8×8 patch grid): the rows whose mechanism needs room on the grid (R2, R5, R7) and
+the data-size and classifier rows (R6, R8, J1), 3 seeds each.
+
+    python launch/sweep.py --sweep=configs/sweeps/cifar10_grid8.py --root=/work/sweeps/cifar10_grid8 --run --jobs=1
+    python -m vit_jax_struct.analysis.verdicts --runs=/work/sweeps/cifar10_grid8 \\
+        --out=docs/results/analysis/verdicts_grid8.json
+
+Why a second grid: on the 4×4 grid of 8-px patches uniform attention has a mean distance of 16.1 px and no head can
+be much more local than one patch (8 px), so "early heads stay global with little data" (R2) and "CLS tokens stay
+localized, GAP tokens do not" (R5) have almost no room to show. With 4-px patches uniform attention is 16.5 px and a
+head attending to its neighbours is at 4–6 px.
+
+The model (`width`, `depth`, `heads`, `mlp`) and the budget (`steps`) were sized by one pilot run (the first
+command in `docs/results/commands.txt`'s grid-8 section: the full data, the same model, evaluated every 500 steps)
+so that the 15 runs fit about 4 hours on 2 CPU cores and the full-data accuracy has flattened; the pilot's curve is
+in `docs/results/grid8_pilot.md`. One pilot, one setting: no other size was trained.
+
+Arms (the CLS, standard-attention, full-data arm is every comparison's baseline), each with seeds 0 … `seeds`−1
+(default and fixed maximum 3, fixed before any run), seed-major:
+- `full`: all 50,000 training images;
+- `frac0.1`, `frac0.3`: nested random subsets (`data.train_fraction`), the same number of steps (R2, R6, R7);
+- `gap`: GAP classifier (R5, R8);
+- `positional`: positional attention in blocks 0–1 (J1).
+Every run evaluates the few-shot probes (1/5/10/25-shot ridge on the pre-logits; R6 reads 10-shot on the digits, a
+task the models never saw) and holds the data in memory (`data.in_memory`: the same batches as the files, faster).
+Arguments: `steps=N`, `width=N`, `depth=N`, `heads=N`, `mlp=N`, `seeds=N`, `root=PATH` (default /tmp/data/cifar10).
+"""
+
+from configs import common
+
+MAX_SEEDS = 3  # the fixed maximum number of seeds per arm, stated before the runs (docs/experiments.md)
+
+
+def get_sweep(arg=None):
+    a = common.parse_arg(arg, steps=2000, width=64, depth=6, heads=4, mlp=128, seeds=MAX_SEEDS,
+                         root="/tmp/data/cifar10")
+    if not 1 <= a.seeds <= MAX_SEEDS:
+        raise ValueError(f"sweep argument seeds={a.seeds} must be 1 … {MAX_SEEDS} (the maximum fixed in advance)")
+    vit = f"configs/cifar10_vit.py:steps={a.steps},fewshot"
+    arms = [("full", {}),
+            ("frac0.1", {"data.train_fraction": 0.1}),
+            ("frac0.3", {"data.train_fraction": 0.3}),
+            ("gap", {"model.classifier": "gap"}),
+            ("positional", {"model.attention": "positional"})]
+    runs = [{"name": f"{name},seed={seed}", "config": vit, "overrides": {"seed": seed, **overrides}}
+            for seed in range(a.seeds) for name, overrides in arms]
+    model = {"model.variant": "Ti/4", "model.width": a.width, "model.depth": a.depth, "model.num_heads": a.heads,
+             "model.mlp_dim": a.mlp}
+    return {"config": vit, "overrides": {"data.root": a.root, "data.in_memory": True, **model}, "runs": runs}
