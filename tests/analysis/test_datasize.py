@@ -41,14 +41,14 @@ def test_data_size_study_finds_runs_pairs_references_and_counts_local_heads(tmp_
     near = [[4.0, 16.0, 16.0, 16.0], [11.9, 12.0, 16.0, 16.0]] + [[16.0] * 4] * 4
     full0 = _run(root, "full0", 0.0, 0, near, [0.99, 0.98, 0.97, 0.9, 0.8, 0.7, 0.6], other="ROOT/full1")
     full1 = _run(root, "full1", 0.0, 1, near, [0.99] * 7, other=full0)
-    _run(root, "sub0", 0.1, 0, far, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4], other=full0)
+    _run(root, "sub0", 0.1, 0, far, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4], other=full1)
     _run(root, "gap", 0.0, 0, near, classifier="gap")          # another knob: not a data-size run
     _run(root, "short", 0.0, 0, near, steps=500)               # another budget
     os.remove(os.path.join(root, "short", "final_metrics.json"))
     runs = datasize.find_runs(root, 4000)
     assert [(r["name"], r["fraction"], r["seed"]) for r in runs] == [("sub0", 0.1, 0), ("full0", 1.0, 0),
                                                                     ("full1", 1.0, 1)]
-    assert datasize.reference_for(runs[0], runs) == full0      # subset: the full-data model of its seed
+    assert datasize.reference_for(runs[0], runs) == full1      # subset of seed 0: the full-data model of seed 1
     assert datasize.reference_for(runs[1], runs) == full1      # full data: another seed's full-data model
     assert datasize.reference_for(runs[2], runs) == full0
     s = datasize.summarize(runs, 16.0)

@@ -4,9 +4,9 @@
 
 Finds the ViT runs of `--runs` (a sweep root; each run folder has `config.json`) that differ only in
 `data.train_fraction` and `seed` (CLS token, standard attention, no permutation or skip ablation, `total_steps` =
-`--steps`), runs `--mode=analyze` on each that lacks it (`analysis/analysis.json`; a subset model is compared with the
-full-data model of its seed, a full-data model with the full-data model of another seed: the seed-to-seed reference
-for R7), and writes into `--out`:
+`--steps`), runs `--mode=analyze` on each that lacks it (`analysis/analysis.json`; every model, subset or full-data, is compared
+with the full-data model of another seed, so the full-data pairs are the seed-to-seed reference for R7), and writes
+into `--out`:
 
 - `attention_distance.png` / R2 (§4, Fig. 6: "with too little data the lower layers do not learn to attend
   locally"): mean attention distance per head and block, heads sorted per block, one panel per data size;
@@ -14,7 +14,7 @@ for R7), and writes into `--out`:
   `LOCAL_FRACTION` × the distance of uniform attention.
 - `cka_to_full.png` / R7 (§7, Fig. 13: "higher layers of models trained on smaller subsets diverge from the
   full-data model's"): linear CKA (Kornblith et al. 2019, Eq. 4; minibatch estimator of Nguyen et al. 2021) of each
-  block of a subset model with the same block of the full-data model of the same seed, and of two full-data seeds.
+  block of a subset model with the same block of a full-data model of another seed, and of two full-data seeds.
 - `fewshot.png` / R6 (§7, Fig. 12: "more pretraining data → better few-shot transfer"): the in-training few-shot
   evaluator's last k-shot ridge accuracies (`config.fewshot`) on each dataset vs the data size, and the same
   evaluator on the untrained models (`fewshot_at_init`: what random features of the architecture give).
@@ -105,13 +105,12 @@ def find_runs(root: str, steps: int) -> list[dict]:
 
 
 def reference_for(run: dict, runs: list[dict]) -> str | None:
-    """The run a model's cross-model CKA is measured against: the full-data run of the same seed for a subset
-    model; for a full-data model, the full-data run of the next other seed (None if there is no such run)."""
-    full = {r["seed"]: r["workdir"] for r in runs if r["fraction"] == 1.0}
-    if run["fraction"] < 1.0:
-        return full.get(run["seed"])
-    others = sorted(s for s in full if s != run["seed"])
-    return full[others[0]] if others else None
+    """The run a model's cross-model CKA is measured against: the full-data run of the next other seed, for a subset
+    model and a full-data model alike (`verdicts.cross_seed_reference`; None if there is no such run). Never the
+    full-data model of the same seed: the shared initialization would flatter a subset model's similarity."""
+    from vit_jax_struct.analysis import verdicts
+
+    return verdicts.cross_seed_reference(run["seed"], {r["seed"]: r["workdir"] for r in runs if r["fraction"] == 1.0})
 
 
 def ensure_analysis(runs: list[dict], num_examples: int, batch: int) -> None:
@@ -263,7 +262,7 @@ def write(summary: dict, out: str, command: str) -> list[str]:
     for f in fr:
         rows = [x["cka_to_reference"] for x in f["seeds"] if x["cka_to_reference"]]
         if rows:
-            label = (f"train fraction {f['fraction']:g} vs 1.0 (same seed)" if f["fraction"] < 1.0
+            label = (f"train fraction {f['fraction']:g} vs 1.0 (another seed)" if f["fraction"] < 1.0
                      else "1.0 vs 1.0 (another seed)")
             cka[label] = {name: [r[name] for r in rows] for name in rows[0]}
     written = [paths[0]]

@@ -112,6 +112,17 @@ def find_arms(root: str) -> dict:
     return arms
 
 
+def cross_seed_reference(seed: int, full: dict):
+    """The full-data CLS run a model of seed `seed` is compared with (R7, R8): the run of the next seed s′ ≠ s,
+    cyclically, of `full` = `{seed: workdir}` (0 → 1 → 2 → 0); None if `full` has no other seed. A model is never
+    compared with the full-data model of its own seed (the same initialization would flatter the similarity)."""
+    seeds = sorted(full)
+    others = [s for s in seeds if s != seed]
+    if not others:
+        return None
+    return full[others[(seeds.index(seed) if seed in seeds else 0) % len(others)]]
+
+
 BASE = ("standard", "token", "-", "none", 1.0)  # the baseline arm: CLS, standard attention, intact, all the data
 
 
@@ -121,15 +132,13 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int) -> dict:
     from vit_jax_struct.analysis import run as analysis_run
 
     base = arms.get(BASE, {})
-    seeds = sorted(base)
     out = {}
     for key, by_seed in arms.items():
         for seed, workdir in sorted(by_seed.items()):
             ref = None
-            if key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none" and len(seeds) > 1:
+            if key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none":
                 # R7/R8: a CLS, GAP or subset model of seed s against the full-data CLS model of the next seed s′.
-                others = [s for s in seeds if s != seed]
-                ref = base[others[(seeds.index(seed) if seed in seeds else 0) % len(others)]]
+                ref = cross_seed_reference(seed, base)
             path = storage.join(workdir, "analysis", "analysis.json")
             got = json.loads(storage.read_text(path)) if storage.exists(path) else None
             if got is None or got.get("cka_across", {}).get("other") != ref or "locality_null" not in got.get(
