@@ -46,6 +46,11 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
         text = f.read()
     assert "![CKA between layers](cka.png)" in text and "Locality" in text
     assert res["step"] == 3
+    # Without the probes (the verdicts' analyses): the same measures, no probes, no stale probes.png.
+    quick = run.analyze(vit_dir, compare=cnn_dir, num_examples=96, batch=32, probes=False)
+    assert "probes" not in quick and not os.path.exists(os.path.join(out, "probes.png"))
+    np.testing.assert_array_equal(quick["cka"]["matrix"], saved["cka"]["matrix"])
+    assert quick["attention_distance_pixels"] == saved["attention_distance_pixels"]
 
 
 def test_analyze_published_vit_file_against_bit_file_without_training(tmp_path):

@@ -255,7 +255,7 @@ def report(results: dict, out_dir: str) -> str:
     if img("localization.png", "Localization"):
         lines += [f"Own patch is the best-matching location for "
                   f"{results['localization']['own_patch_fraction']:.1%} of output tokens.", ""]
-    if img("probes.png", "Linear probes"):
+    if "probes" in results and img("probes.png", "Linear probes"):
         lines += ["| layer/feature | 1-shot | 5-shot | 10-shot | 25-shot | full |", "|---|---|---|---|---|---|"]
         for k, v in results["probes"].items():
             lines.append(f"| {k} | " + " | ".join(f"{v[s]:.3f}" for s in ("1", "5", "10", "25", "full")) + " |")

@@ -221,7 +221,8 @@ def _same_images(parts) -> bool:
 
 
 def analyze(workdir: str, compare: str | None = None, config=None, num_examples: int = 1024,
-            batch: int = 256, probe_train_examples: int = 2000, seed: int = 0, compare_config=None) -> dict:
+            batch: int = 256, probe_train_examples: int = 2000, seed: int = 0, compare_config=None,
+            probes: bool = True) -> dict:
     """Runs every analysis that applies to the model; returns the numbers also written to `workdir/analysis/`.
 
     The model is the latest checkpoint of the run `workdir`, or — when `config.init_from` is set and `workdir`
@@ -232,6 +233,9 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     Images stream through in batches of `batch`; per batch only Gram matrices `[L, B, B]`, per-head distances,
     norm ratios and one pooled vector per layer and example leave the device (`make_summaries`), so memory does not
     grow with the number of layers × tokens × examples (probe features: `examples × layers × kinds × D` floats).
+
+    `probes=False` skips the per-layer linear probes (the slowest part: minutes for 100 classes on a CPU), e.g. for
+    the verdict measures, which do not use them.
 
     Raises:
       FileNotFoundError: no run checkpoint and no `config.init_from`, or unreadable files.
@@ -337,6 +341,13 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
             plots.posemb_similarity(posemb.cosine_similarity(pe), grid, storage.join(out_dir, "posemb_similarity.png"),
                                     f"posemb cosine similarity{' (π⁻¹ re-indexed)' if perm is not None else ''}; "
                                     f"locality {results['posemb']['locality_spearman']:.2f}")
+    if not probes:
+        stale = storage.join(out_dir, "probes.png")
+        if storage.exists(stale):  # from an earlier analysis with probes: not this one's
+            storage.remove(stale)
+        storage.write_text(storage.join(out_dir, "analysis.json"), json.dumps(results, indent=1))
+        plots.report(results, out_dir)
+        return results
     if _same_images(parts):
         logging.warning("analysis: the train and eval splits are the same images (%s): the probes are fit and "
                         "tested on overlapping examples", config.data.get("root"))

@@ -144,7 +144,8 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int) -> dict:
             if got is None or got.get("cka_across", {}).get("other") != ref or "locality_null" not in got.get(
                     "posemb", {"locality_null": 0}):
                 print(f"[verdicts] analysing {workdir}" + (f" against {ref}" if ref else ""), flush=True)
-                got = analysis_run.analyze(workdir, compare=ref, num_examples=num_examples, batch=batch)
+                got = analysis_run.analyze(workdir, compare=ref, num_examples=num_examples, batch=batch,
+                                           probes=False)  # the verdicts use no probe
             out[workdir] = got
     return out
 
