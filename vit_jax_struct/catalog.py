@@ -77,6 +77,7 @@ class Judgement:
     unit: str
     margin: float | None = None
     max_seeds: int = 3
+    expected: str = ""  # what is expected, where it is not the paper's number (a control the paper did not run)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,7 +257,8 @@ JUDGEMENTS = {
     "J1": Judgement("J1", ACC, "positional − standard attention", "none", "points", margin=1.0),
     "J2": Judgement("J2", ACC, "permuted (blocks of the patch size) − original", "none", "points", margin=1.0),
     "J2+": Judgement("J2", ACC + " (positive control: must fall)", "permuted (blocks half the patch size) − original",
-                     "negative", "points"),
+                     "negative", "points", expected="a control the paper did not run: scrambling the pixels inside "
+                     "each patch should cost a ViT accuracy (Δ < 0)"),
     "J3": Judgement("J3", ACC, "permuted − original (CNN)", "negative", "points"),
     "J4": Judgement("J4", "Spearman locality of the posemb cosine similarity after π⁻¹ (ρ of similarity vs grid "
                     "distance: negative = local)", "locality after π⁻¹ − its null (mean over random re-indexings)",
@@ -300,6 +302,12 @@ JUDGEMENTS = {
 }
 
 BY_ID = {r.id: r for r in ROWS}
+
+
+def expected(key: str) -> str:
+    """What a verdict expects: its own `expected` text (a control), else the paper's number for its row."""
+    j = JUDGEMENTS[key]
+    return j.expected or paper_says([j.row])
 
 
 def paper_says(row_ids) -> str:

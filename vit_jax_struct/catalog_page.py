@@ -89,7 +89,8 @@ def render(verdicts_path: str = VERDICTS) -> str:
             j = catalog.JUDGEMENTS[k]
             rule = (f"no effect: the interval inside ±{j.margin:g} {j.unit}" if j.expect == "none" else
                     f"Δ {'> 0' if j.expect == 'positive' else '< 0'}")
-            lines.append(f"- Judged (`{k}`): {j.metric}; Δ = {j.delta}; the paper's finding: {rule}; at most "
+            whose = f"expected ({j.expected})" if j.expected else "the paper's finding"
+            lines.append(f"- Judged (`{k}`): {j.metric}; Δ = {j.delta}; {whose}: {rule}; at most "
                          f"{j.max_seeds} seeds per arm.")
         vs = by_row.get(row.id, [])
         if vs:

@@ -146,7 +146,10 @@ def _matches(run, knobs) -> bool:
 def judge(key: str, effect: stats.Effect | None) -> tuple[str, str]:
     """`stats.status` of an effect under the catalog's judgement `key` (direction, margin)."""
     j = catalog.JUDGEMENTS[key]
-    return stats.status(effect, j.expect, j.margin)
+    status, reason = stats.status(effect, j.expect, j.margin)
+    if j.expected:  # a control: its expected direction is not a paper's
+        reason = reason.replace("the paper's direction", "the expected direction")
+    return status, reason
 
 
 def compare(runs) -> list[dict]:
@@ -293,12 +296,12 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
         lines += [f"**Not judged**: {len(smoke)} smoke or unfinished run(s) (a step budget other than the declared "
                   f"{', '.join(map(str, ALL_BUDGETS))}), {len(dups)} run(s) whose training config equals another's "
                   "(counted once); see the `smoke` and `duplicate_of` columns below.", ""]
-    lines += ["| id | comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | paper says | status |",
+    lines += ["| id | comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | paper says (expected) | status |",
               "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         metric, base, treat, delta, status = verdict_cells(r)
         lines.append(f"| {r['id']} | {r['comparison']} | {metric} | {base} | {treat} | {delta} | "
-                     f"{catalog.paper_says([r['row']])} | {status} |")
+                     f"{catalog.expected(r['key'])} | {status} |")
     if curves and curves.get("comparisons"):
         lines += ["", "## Training curves", "", "Train loss, eval accuracy and few-shot accuracy vs step, the arms of "
                   "each comparison overlaid (one file per run beside them in `curves/`):", ""]
