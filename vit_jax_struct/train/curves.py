@@ -56,15 +56,17 @@ def training_curves(runs: dict, path, title: str) -> None:
 
     if not runs:
         raise ValueError("training_curves needs at least one run")
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), layout="constrained")
     styles = ("-", "--", "-.", ":")
-    colors = plt.get_cmap("tab10")(np.arange(len(runs)) % 10)
     if len(runs) > 1:  # a comparison's arms: the 10-shot probes only, one legend of runs outside the panels
-        _overlay(runs, axes, colors, styles, fig)
+        panels = 3 if any(fewshot_keys(r) for r in runs.values()) else 2  # no empty few-shot panel
+        fig, axes = plt.subplots(1, panels, figsize=(4.4 * panels + 1.0, 4.6), layout="constrained")
+        _overlay(runs, axes, styles, fig)
         fig.suptitle(textwrap.fill(title, 150), fontsize=9)
         storage.savefig(fig, path, dpi=110)
         plt.close(fig)
         return
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), layout="constrained")
+    colors = plt.get_cmap("tab10")(np.arange(len(runs)) % 10)
     for (label, records), color in zip(runs.items(), colors, strict=True):
         for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
             x, y = _series(records, key)
@@ -96,31 +98,45 @@ def training_curves(runs: dict, path, title: str) -> None:
     plt.close(fig)
 
 
-def _overlay(runs: dict, axes, colors, styles, fig) -> None:
-    """Several runs in one figure (a comparison): colour = run, with one run legend right of the panels; the
-    few-shot panel keeps the 10-shot probes (all k if there is none), line style = few-shot data set."""
+def _arm(label: str) -> tuple[str, str]:
+    """`("vit_gap", "seed=1")` of a run label `"vit_gap,seed=1"`; `(label, "")` without a seed."""
+    arm, sep, seed = label.partition(",seed=")
+    return (arm, f"seed={seed}") if sep else (label, "")
+
+
+def _overlay(runs: dict, axes, styles, fig) -> None:
+    """Several runs in one figure (a comparison): colour = arm (the label without `,seed=N`), marker = seed, one
+    legend right of the panels; the few-shot panel (when there is one) keeps the 10-shot probes (all k if there is
+    none), line style = few-shot data set."""
     import matplotlib.pyplot as plt
 
+    arms = list(dict.fromkeys(_arm(label)[0] for label in runs))
+    seeds = list(dict.fromkeys(_arm(label)[1] for label in runs))
+    markers = "osD^v<>p"
     datasets: dict = {}
-    handles = []
-    for (label, records), color in zip(runs.items(), colors, strict=True):
+    for label, records in runs.items():
+        arm, seed = _arm(label)
+        color = plt.get_cmap("tab10")(arms.index(arm) % 10)
+        marker = markers[seeds.index(seed) % len(markers)]
         for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
             x, y = _series(records, key)
             if len(x):
-                ax.plot(x, y, color=color, marker="o" if len(x) < 20 else None, ms=3)
-        handles.append(plt.Line2D([], [], color=color, label=label))
-        keys = fewshot_keys(records)
+                ax.plot(x, y, color=color, marker=marker if len(x) < 20 else None, ms=3.5, alpha=0.85)
+        keys = fewshot_keys(records) if len(axes) > 2 else []
         for key in [k for k in keys if k.endswith("_10shot")] or keys:
             x, y = _series(records, key)
             style = datasets.setdefault(key[len("fewshot/"):], styles[len(datasets) % len(styles)])
-            axes[2].plot(x, y, style, color=color, marker="o", ms=3)
-    for ax, (key, name) in zip(axes, CURVE_PANELS, strict=True):
+            axes[2].plot(x, y, style, color=color, marker=marker, ms=3.5, alpha=0.85)
+    for ax, (key, name) in zip(axes, CURVE_PANELS, strict=False):
         ax.set_xlabel("step")
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
-        if not ax.lines:
-            ax.text(0.5, 0.5, f"no {key.rstrip('/')} metrics", ha="center", va="center", transform=ax.transAxes)
     if datasets:
         axes[2].legend([plt.Line2D([], [], color="k", ls=st) for st in datasets.values()], list(datasets),
                        fontsize=7, title="few-shot probe", title_fontsize=7)
-    fig.legend(handles=handles, loc="outside right upper", fontsize=7, title="run", title_fontsize=7)
+    handles = [plt.Line2D([], [], color=plt.get_cmap("tab10")(i % 10), lw=2, label=a) for i, a in enumerate(arms)]
+    if any(seeds):
+        handles += [plt.Line2D([], [], color="0.4", ls="none", marker=markers[i % len(markers)], label=s)
+                    for i, s in enumerate(seeds)]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=7, title="arm (colour), seed (marker)",
+               title_fontsize=7)
