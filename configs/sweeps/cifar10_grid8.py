@@ -10,10 +10,14 @@ be much more local than one patch (8 px), so "early heads stay global with littl
 localized, GAP tokens do not" (R5) have almost no room to show. With 4-px patches uniform attention is 16.5 px and a
 head attending to its neighbours is at 4–6 px.
 
-The model (`width`, `depth`, `heads`, `mlp`) and the budget (`steps`) were sized by one pilot run (the first
-command in `docs/results/commands.txt`'s grid-8 section: the full data, the same model, evaluated every 500 steps)
-so that the 15 runs fit about 4 hours on 2 CPU cores and the full-data accuracy has flattened; the pilot's curve is
-in `docs/results/grid8_pilot.md`. One pilot, one setting: no other size was trained.
+The model (`width`, `depth`, `heads`, `mlp`: 64, 6, 4, 128; 0.21 M parameters) and the budget (`steps`, 2,000 =
+5.1 epochs) are the candidate that one pilot run checks before the sweep (the first command of the grid-8 section
+of `docs/results/commands.txt`: the full-data arm evaluated every 250 steps; its accuracy curve should have
+flattened by the end). Throughput, measured with `benchmarks/train_step.py` beside the 4×4-grid model on the same
+loaded machine: 0.49× its images/s, i.e. ≈ 160–200 img/s alone on 2 cores, ≈ 25 min a run and ≈ 6 hours for the
+15 runs — more than the 4 hours aimed at; fewer steps would leave the early heads untrained (at 500 steps on the
+4×4 grid every head was still near-uniform), so the budget is kept and the sweep spans sessions (it resumes run by
+run). No other size was trained.
 
 Arms (the CLS, standard-attention, full-data arm is every comparison's baseline), each with seeds 0 … `seeds`−1
 (default and fixed maximum 3, fixed before any run), seed-major:
