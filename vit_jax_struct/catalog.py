@@ -36,8 +36,8 @@ ANALYZE_PUBLISHED = ("python main.py --mode=analyze --config=configs/vit_b16.py:
 SWEEP8 = "python launch/sweep.py --sweep=configs/sweeps/cifar10_grid8.py --root=runs/cifar10_grid8 --run"
 VERDICTS8 = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar10_grid8 "
              "--out=docs/results/analysis/verdicts_grid8.json")
-GRID8 = ("the 8×8-grid (4-px patch) arms of `configs/sweeps/cifar10_grid8.py` (3 seeds, 2,000 steps; ≈ 4 hours on 2 "
-         "CPU cores, started, not finished)")
+GRID8 = ("the 8×8-grid (4-px patch) CIFAR-10 arms of `configs/sweeps/cifar10_grid8.py` (3 seeds, 2,000 steps; its "
+         "pilot, then ≈ 6 hours on 2 CPU cores; not run yet)")
 ACCEL = "needs an accelerator: ImageNet-scale training or analysis of published checkpoints (hours on a TPU/GPU)"
 
 
