@@ -95,10 +95,11 @@ class Comparison:
 
 
 ROWS = (
-    Row("J1", JELASSI, "§6, Table 1", "positional vs standard attention",
+    Row("J1", JELASSI, "§6, Figures 6–7", "positional vs standard attention",
         "attention computed from the positional encodings only (positional attention) trains as well as standard "
         "attention on small datasets, a little worse on ImageNet",
-        "≈ equal on CIFAR-10/100, SVHN; 71.9 → 68.9 top-1 on ImageNet (ViT-Ti/16)",
+        "≈ equal on CIFAR-10/100, SVHN (Fig. 7: ≈ 90 / 68 / 98 %, 10 seeds); 71.9 → 68.9 top-1 on ImageNet "
+        "(ViT-Ti/16, Fig. 6)",
         "`model.attention=positional` (`model.positional_attention_blocks`, `model.add_posemb`)",
         f"{SWEEP100} --only=vit_positional", "python main.py --config=configs/vit_ti16.py --config.model.attention=positional "
         "--workdir=runs/vit_ti16_positional  # and the same without the flag",
@@ -123,7 +124,7 @@ ROWS = (
         comparisons=("J3",), results=("docs/results/scoreboard.md",),
         pending="the CNN arms of `configs/sweeps/cifar100_permuted.py` (thin ResNet-18 and VGG-19 on CIFAR-100, 3 seeds; "
                 "> 2 s a step on this CPU: an accelerator's job), and the paper's curve over block sizes 2 … 32"),
-    Row("J4", JELASSI, "§6, Figure 1", "posemb similarities after the inverse permutation",
+    Row("J4", JELASSI, "§6", "posemb similarities after the inverse permutation",
         "the positional-encoding similarity maps of a ViT trained on permuted patches look unstructured, and "
         "become spatially local once re-indexed by the inverse permutation", "qualitative (similarity maps)",
         "analysis: `posemb` similarity + locality, re-indexed by `permutation.json`",
@@ -132,8 +133,8 @@ ROWS = (
         results=("docs/results/scoreboard.md",)),
     Row("J5", JELASSI, "§4, Theorem 1", "one-layer ViT, population risk, gradient descent",
         "with spatially structured data, GD on the population risk generalizes and learns the patch association "
-        "(the positional attention gets the partition's block structure)", "test error → 0; patch association "
-        "learned", "`configs/theory/population.py` (fresh samples each step)",
+        "(the positional attention gets the partition's block structure)", "test error ≈ 3 %; learned A with high "
+        "entries exactly on same-set pairs (Fig. 4)", "`configs/theory/population.py` (fresh samples each step)",
         "python main.py --config=configs/theory/population.py --workdir=runs/theory/population",
         "same (the theory setting is small by design)",
         results=("docs/results/theory/README.md",),
@@ -145,7 +146,7 @@ ROWS = (
         "same (the theory setting is small by design)",
         results=("docs/results/theory/README.md",),
         plots=("docs/results/theory/empirical.png",)),
-    Row("J7", JELASSI, "§5, Theorem 3", "transfer of the patch association",
+    Row("J7", JELASSI, "§5, Theorem 3", "transfer of the pretrained attention",
         "attention pretrained on one task, frozen, with only the value fine-tuned, needs far fewer downstream "
         "samples", "sample complexity reduced", "`configs/theory/transfer.py`",
         "python main.py --config=configs/theory/transfer.py --workdir=runs/theory/transfer",
@@ -167,7 +168,8 @@ ROWS = (
         results=("docs/results/theory/README.md",),
         plots=("docs/results/theory/transfer.png",)),
     Row("J10", JELASSI, "§4", "no spatial structure in the data",
-        "with a random partition (no spatial structure) the patch association is not learned", "not learned",
+        "without a fixed partition (a fresh one per example: no structure to learn) the patch association is not "
+        "learned", "not learned",
         "`configs/theory/no_structure.py`",
         "python main.py --config=configs/theory/no_structure.py --workdir=runs/theory/no_structure",
         "same (the theory setting is small by design)",
@@ -214,16 +216,16 @@ ROWS = (
         pending="the `vit_gap` arm of `configs/sweeps/cifar100_permuted.py` (3 seeds), then `analysis.verdicts`; a 4×4 "
                 "patch grid at a short budget may leave no room for the contrast (the 8×8-grid arm); the paper: "
                 "ViT-B/32 GAP (lr 3e-4) vs CLS"),
-    Row("R6", RAGHU, "§7, Figure 12", "more pretraining data → better 10-shot transfer",
+    Row("R6", RAGHU, "§7, Figure 13", "more pretraining data → better 10-shot transfer",
         "10-shot linear probes (closed-form ridge on {−1, +1}) of intermediate layers improve with more "
-        "pretraining data (JFT vs ImageNet)", "≈ +30 % 10-shot accuracy",
+        "pretraining data (JFT vs ImageNet)", "a 30-point gap in absolute 10-shot accuracy (JFT vs ImageNet)",
         "`data.train_fraction` + the few-shot evaluator `config.fewshot` (`configs/cifar10_vit.py:fewshot`: "
         "CIFAR-10 and the embedded digits, a downstream task of other classes and another domain)",
         f"{SWEEP8} --only=frac && {VERDICTS8}",
         "python main.py --config=configs/vit_b16.py:data=i21k --config.fewshot.every_steps=10000 --workdir=RUN  "
         "# vs configs/vit_b16.py (ImageNet-1k)",
         pending=f"the data-size arms of {GRID8}, with the few-shot evaluator"),
-    Row("R7", RAGHU, "§7, Figure 13", "smaller pretraining subsets: higher layers diverge",
+    Row("R7", RAGHU, "§7, Figure 12", "smaller pretraining subsets: higher layers diverge",
         "models pretrained on 3–30 % subsets have lower layers similar to the 100 % model's and higher layers "
         "that diverge (CKA of each block to the same block of the 100 % model)", "qualitative (CKA vs block)",
         "`data.train_fraction` + analysis CKA `--compare=FULL_RUN` (`vit_jax_struct/analysis/datasize.py`)",
@@ -260,29 +262,38 @@ JUDGEMENTS = {
     "J1": Judgement("J1", ACC, "positional − standard attention", "none", "points", margin=1.0),
     "J2": Judgement("J2", ACC, "permuted (blocks of the patch size) − original", "none", "points", margin=1.0),
     "J2+": Judgement("J2", ACC + " (positive control: must fall)", "permuted (blocks half the patch size) − original",
-                     "negative", "points", expected="a control the paper did not run: scrambling the pixels inside "
-                     "each patch should cost a ViT accuracy (Δ < 0)"),
+                     "negative", "points", expected="a control the paper did not run: 4-px blocks permuted across "
+                     "the image under 8-px patches rearrange the pixels inside every patch (and mix patches), which "
+                     "should cost a ViT accuracy (Δ < 0)"),
     "J3": Judgement("J3", ACC, "permuted − original (CNN)", "negative", "points"),
     "J4": Judgement("J4", "Spearman locality of the posemb cosine similarity after π⁻¹ (ρ of similarity vs grid "
                     "distance: negative = local)", "locality after π⁻¹ − its null (mean over random re-indexings)",
                     "negative", "ρ"),
+    "J4order": Judgement("J4", "Spearman locality of the posemb cosine similarity, after π⁻¹ vs in token order",
+                         "locality after π⁻¹ − in token order", "negative", "ρ"),
     "J5": Judgement("J5", "own-set attention mass (mean over query rows of the mass on their own set)",
                     "own-set mass − chance C/D", "positive", "mass", max_seeds=5),
     "J5err": Judgement("J5", "test error (population GD, Gaussian init)", "test error − the best linear classifier's",
                        "negative", "points", max_seeds=5),
     "J6": Judgement("J6", "test error at the largest n, empirical risk, Gaussian init",
                     "test error − the best linear classifier's", "negative", "points", max_seeds=5),
+    "J6mass": Judgement("J6", "own-set attention mass at the largest n, empirical risk, Gaussian init",
+                        "own-set mass − chance C/D", "positive", "mass", max_seeds=5),
     "J7": Judgement("J7", "test error at the downstream sample size n′ of the comparison",
                     "pretrained frozen attention − same model from scratch", "negative", "points", max_seeds=5),
     "J8": Judgement("J8", "samples to reach the target error (log2 n′)",
                     "from scratch − pretrained frozen attention", "positive", "log2 samples", max_seeds=5),
     "J9": Judgement("J9", "test error at the largest n′", "GLM (logistic regression, flattened) − pretrained "
                     "frozen attention", "positive", "points", max_seeds=5),
-    "J10": Judgement("J10", "own-set attention mass, data without spatial structure (a fresh partition per example)",
-                     "own-set mass − chance C/D", "none", "mass", margin=0.05, max_seeds=5),
+    # J10 was first judged as "own-set mass − chance, inside ±0.05"; on review that test passes by construction (a
+    # fresh partition per example leaves nothing to learn), so it is now the contrast with structured data.
+    "J10": Judgement("J10", "own-set attention mass, data without a fixed partition (a fresh one per example)",
+                     "no fixed partition − structured data (symmetric logits)", "negative", "mass", max_seeds=5),
     "J10err": Judgement("J10", "test error", "no structure − structured data", "positive", "points", max_seeds=5),
     "J10rand": Judgement("J10", "own-set attention mass, a fixed *random* partition (p_i = e_i: no geometry)",
-                         "random-partition − grid-partition own-set mass", "none", "mass", margin=0.05, max_seeds=5),
+                         "random-partition − grid-partition own-set mass", "none", "mass", margin=0.05, max_seeds=5,
+                         expected="a control the paper did not run: with one-hot positions any fixed partition is "
+                         "as learnable as the grid's (no effect)"),
     "R1": Judgement("R1", "CKA of ViT block 0 with the ResNet's middle units minus with its early units (stem and "
                     "first stage), per pair of seeds", "ViT block 0: middle − early ResNet units", "positive", "CKA"),
     "R2": Judgement("R2", "mean attention distance of the heads of the first third of the blocks (8×8 patch grid)",

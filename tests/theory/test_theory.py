@@ -135,3 +135,18 @@ def test_samples_to_target_takes_the_first_n_from_which_the_error_stays_below():
 
     errs = [[0.5, 0.5], [0.01, 0.5], [0.03, 0.4], [0.01, 0.3]]  # [n, seeds]
     assert study.samples_to_target(errs, [8, 16, 32, 64], 0.02) == [6.0, 7.0]  # 64; never → 2 · 64
+
+
+def test_rows_with_patch_association_counts_rows_whose_top_c_entries_are_their_set():
+    import numpy as np
+
+    from vit_jax_struct.theory import study
+
+    ids = np.array([0, 0, 1, 1])
+    perfect = np.where(ids[:, None] == ids[None, :], 0.4, 0.1)
+    assert study.rows_with_patch_association(perfect, ids) == 4
+    swapped = perfect.copy()
+    swapped[0] = [0.1, 0.1, 0.4, 0.4]  # row 0 attends to the other set
+    swapped[3] = [0.3, 0.1, 0.2, 0.4]  # row 3's top two are {3, 0}, not its set {2, 3}
+    assert study.rows_with_patch_association(swapped, ids) == 2
+    assert study.rows_with_patch_association(np.full((4, 4), 0.25), ids) == 2  # ties by index: rows 0, 1 pass

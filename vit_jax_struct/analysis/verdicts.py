@@ -9,7 +9,8 @@ run of seed s′ = the next seed (cyclically), a GAP run of seed s against the s
 values of each judged row (`catalog.JUDGEMENTS`):
 
 - J4: the locality of the posemb similarity after π⁻¹ (Spearman ρ of cosine similarity vs grid distance; negative =
-  local) minus its null (the mean over 200 random re-indexings of the same posemb), per permuted-patch run;
+  local) minus its null (the mean over 200 random re-indexings of the same posemb), per permuted-patch run; J4order:
+  the same after π⁻¹ minus in token order (the paper's contrast: unstructured before, local after);
 - R4: the CKA split at the ablated block b — mean CKA within blocks < b and within blocks ≥ b, minus mean CKA
   between the two groups — of the skip-ablated runs against the intact ones;
 - R5: the localization margin — the CKA of each final-block output token with its own input patch minus its mean
@@ -203,6 +204,11 @@ def verdict_inputs(arms: dict, results: dict) -> list[dict]:
             out.append({"key": "J4", "comparison": "patches permuted (blocks of the patch size): locality after π⁻¹ − "
                         f"null{label}",
                         "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs})
+            order = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_spearman_token_order"] for r in res
+                     if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
+            out.append({"key": "J4order", "comparison": "patches permuted (blocks of the patch size): locality after "
+                        f"π⁻¹ − in token order{label}", "treatment": order, "null": 0.0, "method": "one-sample",
+                        "runs": runs})
         if key[2] != "-" and key[:2] == BASE[:2] and key[3] == "none" and base:
             block = int(key[2].split(":")[0].split(",")[0])
             split = lambda r: cka_split(r["cka"]["matrix"], r["cka"]["layers"], block)  # noqa: E731
