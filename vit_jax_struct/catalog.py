@@ -281,6 +281,10 @@ JUDGEMENTS = {
                         "own-set mass − chance C/D", "positive", "mass", max_seeds=5),
     "J7": Judgement("J7", "test error at the downstream sample size n′ of the comparison",
                     "pretrained frozen attention − same model from scratch", "negative", "points", max_seeds=5),
+    "J7rand": Judgement("J7", "test error at the downstream sample size n′ of the comparison", "pretrained frozen "
+                        "attention − untrained (Gaussian) frozen attention", "negative", "points", max_seeds=5,
+                        expected="a control the paper did not run: the pretrained attention should beat an untrained "
+                        "one, both frozen (Δ < 0)"),
     "J8": Judgement("J8", "samples to reach the target error (log2 n′)",
                     "from scratch − pretrained frozen attention", "positive", "log2 samples", max_seeds=5),
     "J9": Judgement("J9", "test error at the largest n′", "GLM (logistic regression, flattened) − pretrained "

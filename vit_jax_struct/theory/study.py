@@ -210,13 +210,9 @@ def empirical(seeds: int, n_values=N_VALUES, dims=DIMS, param: str = "symmetric"
     return out
 
 
-def transfer(seeds: int, pretrained: dict, param: str = "symmetric", n_values=N_PRIME) -> dict:
-    """J7–J9: per n′ and seed, the test error of (a) the pretrained attention frozen, v trained from a fresh
-    Gaussian init, (b) the same model from scratch (Q and v), (c) a GLM (scikit-learn logistic regression on the
-    flattened input [n′, D·d]), all on a new feature w′ ⟂ w* with the same partition (nested samples: the first n′
-    of one draw)."""
-    from sklearn.linear_model import LogisticRegression
-
+def _transfer_data(seeds: int, n_values):
+    """The downstream task of J7–J9, per seed: a new feature w′ ⟂ w* with the grid partition; nested train samples
+    `x, y` (the first n′ of one draw of max(n_values)), test samples `tx, ty`, and the fresh Gaussian init."""
     ids = jnp.asarray(set_ids(tdata.make_partition(D, C, "grid")))
     w2 = jnp.stack([jnp.asarray(tdata.unit_vector(DIM, s + 100, orthogonal_to=tdata.unit_vector(DIM, s)))
                     for s in range(seeds)])
@@ -225,10 +221,38 @@ def transfer(seeds: int, pretrained: dict, param: str = "symmetric", n_values=N_
     tx, ty = jax.vmap(lambda k, w: sample(k, TEST, ids, w))(keys, w2)
     x, y = jax.vmap(lambda k, w: sample(jax.random.fold_in(k, 1), n_max, ids, w))(keys, w2)
     fresh = jax.vmap(lambda k: _init(jax.random.fold_in(k, 3), DIM))(keys)
+    return x, y, tx, ty, fresh, n_max
+
+
+def transfer_random_control(seeds: int, param: str = "symmetric", n_values=N_PRIME) -> list:
+    """J7's control: the attention frozen at its *untrained* Gaussian init, only v trained, on the same downstream
+    samples as `transfer`; test error per n′ and seed. If it does as well as the pretrained attention, the transfer
+    gain is not the pretrained attention's (let alone its patch association's)."""
+    x, y, tx, ty, fresh, n_max = _transfer_data(seeds, n_values)
+    fit_v = jax.jit(jax.vmap(lambda p, a, b, m: _fit(p, a, b, m, param, FINETUNE_STEPS, FINETUNE_LR, ("v",))))
+    error = jax.jit(jax.vmap(lambda p, a, b: _error(p, a, b, param)))
+    out = []
+    for n in n_values:
+        mask = jnp.broadcast_to((jnp.arange(n_max) < n).astype(jnp.float32), (seeds, n_max))
+        out.append(np.asarray(error(fit_v(fresh, x, y, mask), tx, ty)).tolist())
+        print(f"[study] transfer control n'={n}: frozen random attention {np.mean(out[-1]):.4f}", flush=True)
+    return out
+
+
+def transfer(seeds: int, pretrained: dict, param: str = "symmetric", n_values=N_PRIME) -> dict:
+    """J7–J9: per n′ and seed, the test error of (a) the pretrained attention frozen, v trained from a fresh
+    Gaussian init, (a′) the untrained attention frozen (`transfer_random_control`), (b) the same model from scratch
+    (Q and v), (c) a GLM (scikit-learn logistic regression on the
+    flattened input [n′, D·d]), all on a new feature w′ ⟂ w* with the same partition (nested samples: the first n′
+    of one draw)."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y, tx, ty, fresh, n_max = _transfer_data(seeds, n_values)
     fit_v = jax.jit(jax.vmap(lambda p, a, b, m: _fit(p, a, b, m, param, FINETUNE_STEPS, FINETUNE_LR, ("v",))))
     fit_all = jax.jit(jax.vmap(lambda p, a, b, m: _fit(p, a, b, m, param, FINETUNE_STEPS, FINETUNE_LR)))
     error = jax.jit(jax.vmap(lambda p, a, b: _error(p, a, b, param)))
     out = {"n": list(n_values), "frozen_attention": [], "scratch": [], "glm": []}
+    out["frozen_random"] = transfer_random_control(seeds, param, n_values)
     for n in n_values:
         mask = jnp.broadcast_to((jnp.arange(n_max) < n).astype(jnp.float32), (seeds, n_max))
         frozen = fit_v({"Q": pretrained["Q"], "v": fresh["v"]}, x, y, mask)
@@ -300,8 +324,9 @@ def verdict_inputs(res: dict) -> list[dict]:
     frozen_mass = _ci(sym["own_set_mass"])
     not_association = (f"the frozen attention is J5's (symmetric logits), whose own-set mass is at chance "
                        f"({frozen_mass[0]:.3f} [{frozen_mass[1]:.3f}, {frozen_mass[2]:.3f}] vs {CHANCE:g}): the gain "
-                       "is the pretrained attention's, not shown to be the patch association's (a frozen *random* "
-                       "attention control is still needed)")
+                       "is the pretrained attention's (J7rand: an untrained frozen attention does not give it), not "
+                       "shown to be the patch association's (the paper's Thm 3.2: generalizing solutions without it "
+                       "exist)")
     out = [
         {"key": "J5", "comparison": "population GD, Gaussian init, symmetric logits (the paper's A = PᵀP)",
          "treatment": sym["own_set_mass"], "null": CHANCE, "method": "one-sample"},
@@ -321,6 +346,12 @@ def verdict_inputs(res: dict) -> list[dict]:
         {"key": "J7", "comparison": f"transfer, n′ = {ns[i32]} (fixed in this module before the runs)",
          "treatment": pts(tr["frozen_attention"][i32]), "baseline": pts(tr["scratch"][i32]), "method": "welch",
          "note": not_association},
+    ]
+    if "frozen_random" in tr:  # J7's control: is it the pretrained attention, or any frozen attention?
+        out.append({"key": "J7rand", "comparison": f"transfer, n′ = {ns[i32]}: pretrained vs untrained (Gaussian) "
+                    "attention, both frozen", "treatment": pts(tr["frozen_attention"][i32]),
+                    "baseline": pts(tr["frozen_random"][i32]), "method": "welch"})
+    out += [
         {"key": "J8", "comparison": f"samples to {100 * TARGET:g} % test error (n′ from {ns[0]} to {ns[-1]}; a seed "
          f"that never reaches it counts as 2 × {ns[-1]}, so Δ is bounded by the range tried)",
          "treatment": samples_to_target(tr["scratch"], ns), "baseline": samples_to_target(tr["frozen_attention"], ns),
@@ -429,11 +460,13 @@ def plot(res: dict, out: str) -> list[str]:
     tr = res["transfer"]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for key, label in (("frozen_attention", "pretrained attention frozen, v trained"),
+                       ("frozen_random", "untrained (Gaussian) attention frozen, v trained"),
                        ("scratch", "same model from scratch"), ("glm", "GLM (logistic regression, flattened)")):
-        _band(ax, tr["n"], 100 * np.asarray(tr[key]), label, marker="o")
+        if key in tr:
+            _band(ax, tr["n"], 100 * np.asarray(tr[key]), label, marker="o")
     ax.axhline(100 * TARGET, ls=":", c="k", label=f"target {100 * TARGET:g} %")
     paths.append(_finish_error_plot(fig, ax, res, tr["n"], "downstream training samples n′",
-                                    "J7–J9: transfer of the patch association (95 % t band)",
+                                    "J7–J9: transfer of the pretrained attention (95 % t band)",
                                     storage.join(out, "transfer.png")))
     return paths
 
@@ -486,11 +519,14 @@ def render(res: dict, command: str) -> str:
     lines += ["", "Test error in %; own-set mass at the largest n: " + ", ".join(
         f"d = {d}: {_cell(by_n[str(max(k['n_values']))]['own_set_mass'])}" for d, by_n in res["J6"].items()) + ".",
               "", "![J6](empirical.png)", "", "## J7–J9: transfer", "",
-              "| n′ | pretrained attention frozen | from scratch | GLM |", "|---|---|---|---|"]
+              ]
     tr = res["transfer"]
+    arms = [k for k in ("frozen_attention", "frozen_random", "scratch", "glm") if k in tr]
+    heads = {"frozen_attention": "pretrained attention frozen", "frozen_random": "untrained attention frozen",
+             "scratch": "from scratch", "glm": "GLM"}
+    lines += ["| n′ | " + " | ".join(heads[k] for k in arms) + " |", "|---|" + "---|" * len(arms)]
     for i, n in enumerate(tr["n"]):
-        lines.append(f"| {n} | " + " | ".join(_cell(tr[key][i], 100, 2) for key in
-                                            ("frozen_attention", "scratch", "glm")) + " |")
+        lines.append(f"| {n} | " + " | ".join(_cell(tr[key][i], 100, 2) for key in arms) + " |")
     lines += ["", "Test error in %.", "", "![transfer](transfer.png)", ""]
     return "\n".join(lines) + "\n"
 
@@ -501,17 +537,28 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=5, help="seeds per setting (fixed in advance: 5)")
     ap.add_argument("--replot", action="store_true",
                     help="only redraw the figures, README and verdicts from OUT/study.json (no training)")
+    ap.add_argument("--add_transfer_control", action="store_true",
+                    help="run only J7's frozen-random-attention control into OUT/study.json (a study made before it "
+                         "existed), then redraw as --replot")
     args = ap.parse_args(argv)
-    if args.replot:
+    if args.replot or args.add_transfer_control:
         path = storage.join(args.out, "study.json")
         if not storage.exists(path):
             print(f"error: --replot needs {path}, which does not exist", file=sys.stderr)
             return 2
         res = json.loads(storage.read_text(path))
+        if args.add_transfer_control:
+            t0 = time.time()
+            res["transfer"]["frozen_random"] = transfer_random_control(res["seeds"], n_values=res["transfer"]["n"])
+            res["seconds_transfer_control"] = int(time.time() - t0)
+            storage.write_text(path, json.dumps(res))
         storage.write_text(storage.join(args.out, "verdicts.json"), json.dumps(verdict_inputs(res), indent=1))
         plot(res, args.out)
-        storage.write_text(storage.join(args.out, "README.md"),
-                           render(res, f"python -m vit_jax_struct.theory.study --out={args.out} --seeds={res['seeds']}"))
+        command = f"python -m vit_jax_struct.theory.study --out={args.out} --seeds={res['seeds']}"
+        if "seconds_transfer_control" in res:  # the control was added to a finished study
+            command += (f"\npython -m vit_jax_struct.theory.study --out={args.out} --add_transfer_control  # J7's "
+                        f"frozen-random-attention control, run later ({res['seconds_transfer_control']} s)")
+        storage.write_text(storage.join(args.out, "README.md"), render(res, command))
         return 0
     if args.seeds < 2:
         print(f"error: --seeds {args.seeds} must be ≥ 2 (an interval needs two values)", file=sys.stderr)
