@@ -302,6 +302,7 @@ def test_cli_ctrl_c_saves_a_checkpoint_at_the_next_step_and_exits_130(tmp_path):
 
 
 def test_a_second_ctrl_c_stops_at_once():
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background shell starts us with SIG_IGN
     stops = trainer._StopSignals()
     try:
         os.kill(os.getpid(), signal.SIGINT)
@@ -311,7 +312,9 @@ def test_a_second_ctrl_c_stops_at_once():
             time.sleep(1)  # the handler runs here
     finally:
         stops.close()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        restored = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, before)
+    assert restored is signal.default_int_handler  # the handler in force before, put back
 
 
 def test_posemb_resize_logs_only_when_the_grid_changes(caplog):
