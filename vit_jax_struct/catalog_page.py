@@ -62,6 +62,7 @@ def render(verdicts_path: str = VERDICTS) -> str:
              f"Rows J1–J10: {catalog.JELASSI}, *Vision Transformers provably learn spatial structure*. Rows R1–R8: "
              f"{catalog.RAGHU}, *Do Vision Transformers See Like Convolutional Neural Networks?*. Small-scale "
              "commands run on a CPU; full-scale commands are the papers' setting and need an accelerator.", "",
+             f"**Scale.** {catalog.SCALE_NOTE}", "",
              "Status: **reproduced** (the 95 % interval of Δ excludes 0 in the paper's direction, or lies inside the "
              "equivalence margin of a no-effect claim), **contradicts** (it excludes 0 the other way, or lies "
              "wholly outside the margin), **inconclusive** (neither, or fewer than "
