@@ -242,19 +242,29 @@ def test_cli_usage_errors_are_one_line_exit_2_and_write_nothing(tmp_path):
         assert "Traceback" not in err and not wd.exists()
 
 
-def _read_only(path):
-    """Makes folder `path` read-only for this process (root ignores modes: a read-only bind mount then)."""
+def _read_only(path) -> bool:
+    """Makes folder `path` read-only for this process; False if that is impossible here (root ignores modes and
+    needs a read-only bind mount, which a container may not allow)."""
     os.chmod(path, 0o555)
     if os.geteuid() == 0:
         r = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, check=False)
-        if r.returncode or subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=False).returncode:
-            pytest.skip("running as root without permission to mount: a read-only folder cannot be made")
+        if r.returncode or subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True,
+                                          check=False).returncode:
+            return False
+    return True
 
 
-def test_cli_read_only_workdir_is_one_line_exit_1(tmp_path):
+def test_cli_unwritable_workdir_is_one_line_exit_1(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
-    _read_only(ro)
+    if not _read_only(ro):  # no read-only folder to be had: a workdir below a regular file cannot be written either
+        (tmp_path / "file").write_text("")
+        rc, err = _main(*TINY, "--config.total_steps=1", f"--workdir={tmp_path}/file/w")
+        assert rc == 1 and _error_lines(err) == [
+            f"error: StorageError: cannot create the folder {tmp_path}/file/w: NotADirectoryError: [Errno 20] Not a "
+            f"directory: '{tmp_path}/file/w'  (--traceback for the full trace)"], err[-2000:]
+        assert "Traceback" not in err
+        return
     try:
         rc, err = _main(*TINY, "--config.total_steps=1", f"--workdir={ro}")
     finally:

@@ -224,12 +224,14 @@ def _transfer_data(seeds: int, n_values):
     return x, y, tx, ty, fresh, n_max
 
 
-def transfer_random_control(seeds: int, param: str = "symmetric", n_values=N_PRIME) -> list:
+def transfer_random_control(seeds: int, param: str = "symmetric", n_values=N_PRIME, data=None, fit_v=None) -> list:
     """J7's control: the attention frozen at its *untrained* Gaussian init, only v trained, on the same downstream
     samples as `transfer`; test error per n′ and seed. If it does as well as the pretrained attention, the transfer
-    gain is not the pretrained attention's (let alone its patch association's)."""
-    x, y, tx, ty, fresh, n_max = _transfer_data(seeds, n_values)
-    fit_v = jax.jit(jax.vmap(lambda p, a, b, m: _fit(p, a, b, m, param, FINETUNE_STEPS, FINETUNE_LR, ("v",))))
+    gain is not the pretrained attention's (let alone its patch association's). `data` (`_transfer_data`'s tuple)
+    and `fit_v` (the jitted v-only fit): `transfer`'s own, so they are built once."""
+    x, y, tx, ty, fresh, n_max = data or _transfer_data(seeds, n_values)
+    fit_v = fit_v or jax.jit(jax.vmap(lambda p, a, b, m: _fit(p, a, b, m, param, FINETUNE_STEPS, FINETUNE_LR,
+                                                               ("v",))))
     error = jax.jit(jax.vmap(lambda p, a, b: _error(p, a, b, param)))
     out = []
     for n in n_values:
@@ -247,12 +249,13 @@ def transfer(seeds: int, pretrained: dict, param: str = "symmetric", n_values=N_
     of one draw)."""
     from sklearn.linear_model import LogisticRegression
 
-    x, y, tx, ty, fresh, n_max = _transfer_data(seeds, n_values)
+    data = _transfer_data(seeds, n_values)
+    x, y, tx, ty, fresh, n_max = data
     fit_v = jax.jit(jax.vmap(lambda p, a, b, m: _fit(p, a, b, m, param, FINETUNE_STEPS, FINETUNE_LR, ("v",))))
     fit_all = jax.jit(jax.vmap(lambda p, a, b, m: _fit(p, a, b, m, param, FINETUNE_STEPS, FINETUNE_LR)))
     error = jax.jit(jax.vmap(lambda p, a, b: _error(p, a, b, param)))
     out = {"n": list(n_values), "frozen_attention": [], "scratch": [], "glm": []}
-    out["frozen_random"] = transfer_random_control(seeds, param, n_values)
+    out["frozen_random"] = transfer_random_control(seeds, param, n_values, data, fit_v)
     for n in n_values:
         mask = jnp.broadcast_to((jnp.arange(n_max) < n).astype(jnp.float32), (seeds, n_max))
         frozen = fit_v({"Q": pretrained["Q"], "v": fresh["v"]}, x, y, mask)
