@@ -128,14 +128,14 @@ def test_a_failed_save_stops_the_run_within_seconds_and_keeps_the_last_good_chec
 
 def test_preemption_exits_143_and_the_rerun_logs_each_step_once(tmp_path):
     wd = tmp_path / "w"
-    args = [sys.executable, "main.py", "--config=configs/default.py", f"--workdir={wd}", "--config.total_steps=3000",
-            "--config.checkpoint_every_steps=500", "--config.eval_every_steps=0", "--config.log_every_steps=10",
+    args = [sys.executable, "main.py", "--config=configs/default.py", f"--workdir={wd}", "--config.total_steps=1000",
+            "--config.checkpoint_every_steps=200", "--config.eval_every_steps=0", "--config.log_every_steps=10",
             "--config.data.eval_examples=32", "--config.tensorboard=False", "--config.model.depth=1",
             "--config.model.width=32", "--config.model.mlp_dim=64", "--config.model.num_heads=2",
             "--config.data.image_size=8", "--config.pp.pad=1", "--config.batch_size=16"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    marker = wd / "checkpoints" / "500" / "commit_success.txt"
+    marker = wd / "checkpoints" / "200" / "commit_success.txt"
     deadline = time.time() + 240
     while not marker.exists() and p.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -144,11 +144,11 @@ def test_preemption_exits_143_and_the_rerun_logs_each_step_once(tmp_path):
     assert p.returncode == 143, err[-3000:]
     assert "pre-empted: saved checkpoint at step" in err
     preempted_at = max(int(s) for s in os.listdir(wd / "checkpoints") if s.isdigit())
-    assert preempted_at < 3000 and (wd / "checkpoints" / str(preempted_at) / "commit_success.txt").exists()
+    assert preempted_at < 1000 and (wd / "checkpoints" / str(preempted_at) / "commit_success.txt").exists()
     r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert f"(step {preempted_at} of 3000)" in r.stderr
-    assert _train_steps(wd) == list(range(10, 3001, 10))
+    assert f"(step {preempted_at} of 1000)" in r.stderr
+    assert _train_steps(wd) == list(range(10, 1001, 10))
 
 
 def test_resume_after_kill_9_drops_the_records_past_the_checkpoint(tmp_path):

@@ -76,6 +76,9 @@ def test_a_run_writes_log_curves_time_accounting_and_a_trace_all_readable_by_oth
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6] and all(set(cats) <= set(r) for r in records)
     assert records[0]["time/compile"] == final["time/compile"] and records[1]["time/compile"] == 0.0
     assert sum(r["time/train_step"] for r in records) == pytest.approx(final["time/train_step"])
+    # images/s counts the interval's time in train steps and data waits only (not eval, checkpoint, compile).
+    assert all(r["train/images_per_sec"] == pytest.approx(cfg.batch_size / (r["time/train_step"] +
+                                                                            r["time/data_wait"])) for r in records)
 
     # The profiler's trace, where TensorBoard's profile plugin looks.
     traces = [f for d, _, fs in os.walk(wd / "tensorboard" / "plugins" / "profile") for f in fs]

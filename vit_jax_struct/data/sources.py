@@ -124,6 +124,7 @@ class DigitsSource:
       ValueError: for a split other than 'train' or 'test'.
     """
 
+    in_memory = True  # every record is a view of arrays held in memory (pipeline.eval_batches reads it unthreaded)
     SPLITS = ("train", "test")
 
     def __init__(self, split: str):
@@ -352,6 +353,7 @@ class Subset:
     def __init__(self, source, indices):
         self.source, self.indices = source, np.asarray(indices, np.int64)
         self.num_classes, self.class_names = source.num_classes, source.class_names
+        self.in_memory = getattr(source, "in_memory", False)
 
     def __len__(self):
         return len(self.indices)
@@ -375,12 +377,14 @@ class InMemorySource:
       max_fraction: refuse if the array would take more than this share of the machine's physical memory.
 
     Attributes:
-      images: uint8 `[N, H, W, 3]`; labels: int32 `[N]`; load_seconds: the time decoding took.
+      images: uint8 `[N, H, W, 3]`; labels: int32 `[N]`; load_seconds: the time decoding took; in_memory: True.
 
     Raises:
       ValueError: a record without a decoded `"image"` (a lazy one), images of different sizes (naming two), or an
         array larger than `max_fraction` of physical memory (naming both sizes).
     """
+
+    in_memory = True
 
     def __init__(self, source, num_threads: int = 4, max_fraction: float = 0.5):
         import concurrent.futures

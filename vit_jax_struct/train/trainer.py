@@ -588,7 +588,7 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
         if step >= total:
             logging.info("training already complete at step %d; evaluating the final parameters", step)
         account.start_loop()
-        t_log, step_log = time.time(), step
+        step_log = step
         while step < total:
             profiler.before_step(step + 1)
             with account.measure("data_wait"):
@@ -609,28 +609,29 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
                     state, m = train_step(state, batch)
             nonfinite = nonfinite + m["nonfinite"]
             step += 1
-            if profiler.after_step(step, m, account):
-                t_log = time.time()  # Do not count writing the trace in images/s.
+            profiler.after_step(step, m, account)
             ckpt.check()  # A failed background save stops the run now, not one interval later.
             if workdir_lock is not None:
                 workdir_lock.check()
             if step % log_every == 0 or step == total:
                 check_finite(step)
                 mh = jax.device_get(m)
-                now = time.time()
-                ips = (step - step_log) * config.batch_size / max(now - t_log, 1e-9)
+                times = account.interval()
+                # images/s over the interval's time in train steps and data waits: evaluation, few-shot, checkpoint,
+                # compile and profile time inside the interval are not counted (nor are their steps missing).
+                busy = times["time/train_step"] + times["time/data_wait"]
+                ips = (step - step_log) * config.batch_size / max(busy, 1e-9)
                 eta = (total - step) * config.batch_size / max(ips, 1e-9)
                 last = {"train/loss": mh["loss"], "train/lr": mh["lr"], "train/grad_norm": mh["grad_norm"],
                         "train/epoch": step * config.batch_size / examples_per_epoch, "train/images_per_sec": ips}
                 if config.data.get("decode_errors", "raise") == "skip":
                     last["data/skipped"] = skipped
                     skipped = 0
-                times = account.interval()
                 writer.write(step, {**last, **times})
                 logging.info("step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.1f img/s, ETA %s (data wait %.0f %%)",
                              step, total, mh["loss"], mh["lr"], mh["grad_norm"], ips, _format_eta(eta),
                              100 * times["time/data_wait"] / max(sum(times.values()), 1e-9))
-                t_log, step_log = now, step
+                step_log = step
             if eval_every and (step % eval_every == 0 or step == total):
                 finish_pending()
                 with account.measure("eval"):
@@ -639,19 +640,16 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
                 last.update(ev)
                 logging.info("step %d/%d: eval accuracy %.4f, eval loss %.4f", step, total, ev["eval/accuracy"],
                              ev["eval/loss"])
-                t_log = time.time()  # Do not count evaluation time in images/s.
             if fewshot_every and (step % fewshot_every == 0 or step == total):
                 finish_pending()
                 with account.measure("fewshot"):
                     fs = fewshot_evaluator.run(model_variables(state))
                 writer.write(step, fs)
                 last.update(fs)
-                t_log = time.time()
             stopping = stop_signals.reached(step)
             if (save_checkpoints and step == total) or (ckpt_every and step % ckpt_every == 0) or \
                     (stopping and save_checkpoints):
                 save(step)
-                t_log = time.time()
             if stopping:
                 with account.measure("checkpoint"):
                     ckpt.wait()
