@@ -296,8 +296,11 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
         lines += [f"**Not judged**: {len(smoke)} smoke or unfinished run(s) (a step budget other than the declared "
                   f"{', '.join(map(str, ALL_BUDGETS))}), {len(dups)} run(s) whose training config equals another's "
                   "(counted once); see the `smoke` and `duplicate_of` columns below.", ""]
-    lines += ["| id | comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | paper says (expected) | status |",
-              "|---|---|---|---|---|---|---|---|"]
+    if rows:
+        lines += ["| id | comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | paper says (expected) | status |",
+                  "|---|---|---|---|---|---|---|---|"]
+    else:
+        lines += ["None: these runs form no comparison of the catalog and no result file was given."]
     for r in rows:
         metric, base, treat, delta, status = verdict_cells(r)
         lines.append(f"| {r['id']} | {r['comparison']} | {metric} | {base} | {treat} | {delta} | "
@@ -307,6 +310,10 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
                   "each comparison overlaid (one file per run beside them in `curves/`):", ""]
         for rid, comparison, path in curves["comparisons"]:
             lines.append(f"- {rid} {comparison}: [{storage.basename(path)}](curves/{storage.basename(path)})")
+    elif curves and curves.get("runs"):
+        lines += ["", "## Training curves", "", "Train loss, eval accuracy (and few-shot accuracy) vs step, per run:", ""]
+        for path in curves["runs"]:
+            lines.append(f"- [{storage.basename(path)}](curves/{storage.basename(path)})")
     lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in runs:
         vals = [storage.basename(r["run"]) if k == "run" else

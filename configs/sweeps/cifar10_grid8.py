@@ -11,13 +11,14 @@ localized, GAP tokens do not" (R5) have almost no room to show. With 4-px patche
 head attending to its neighbours is at 4–6 px.
 
 The model (`width`, `depth`, `heads`, `mlp`: 64, 6, 4, 128; 0.21 M parameters) and the budget (`steps`, 2,000 =
-5.1 epochs) are the candidate that one pilot run checks before the sweep (the first command of the grid-8 section
-of `docs/results/commands.txt`: the full-data arm evaluated every 250 steps; its accuracy curve should have
-flattened by the end). Throughput, measured with `benchmarks/train_step.py` beside the 4×4-grid model on the same
-loaded machine: 0.49× its images/s, i.e. ≈ 160–200 img/s alone on 2 cores, ≈ 25 min a run and ≈ 6 hours for the
-15 runs — more than the 4 hours aimed at; fewer steps would leave the early heads untrained (at 500 steps on the
-4×4 grid every head was still near-uniform), so the budget is kept and the sweep spans sessions (it resumes run by
-run). No other size was trained.
+5.1 epochs) were the one candidate, checked by one pilot run before the sweep (the first command of the grid-8
+section of `docs/results/commands.txt`; its curve and metrics in `docs/results/grid8_pilot/`): the full-data arm,
+evaluated every 250 steps, reached eval accuracy 0.310, 0.415, 0.464, 0.486, 0.496, 0.529, 0.538, 0.538 at steps
+250 … 2,000 — flat over the last 250 steps (+0.0006) as the cosine schedule's learning rate reaches 0. No other size
+was trained. Throughput alone on 2 cores: 150–163 img/s (0.8 s a step), ≈ 30 min a run with start-up and the
+four evaluations, ≈ 7.5 hours for the 15 runs — more than the 4 hours aimed at; fewer steps would leave the early
+heads less trained (at 500 steps on the 4×4 grid every head was still near-uniform, and at 500 steps here the
+pilot was at 0.415, far from flat), so the budget is kept and the sweep spans sessions (it resumes run by run).
 
 Arms (the CLS, standard-attention, full-data arm is every comparison's baseline), each with seeds 0 … `seeds`−1
 (default and fixed maximum 3, fixed before any run), seed-major:

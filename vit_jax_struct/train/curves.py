@@ -42,8 +42,8 @@ def training_curves(runs: dict, path, title: str) -> None:
     """Train loss, eval accuracy and few-shot accuracy vs step, one panel each, one line per run.
 
     `runs`: `{label: metrics records}` (`train/metrics.py:read_metrics`): one run gives its own curves, several
-    overlay them (a comparison's arms). Few-shot lines are styled by k (`fewshot/<name>_<k>shot`). A panel without
-    data says so.
+    overlay them (a comparison's arms). Few-shot lines are styled by k (`fewshot/<name>_<k>shot`); runs without
+    few-shot metrics get no few-shot panel. A loss or accuracy panel without data says so.
 
     Raises:
       ValueError: `runs` is empty.
@@ -65,7 +65,8 @@ def training_curves(runs: dict, path, title: str) -> None:
         storage.savefig(fig, path, dpi=110)
         plt.close(fig)
         return
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), layout="constrained")
+    panels = 3 if any(fewshot_keys(r) for r in runs.values()) else 2  # a run without few-shot probes: no empty panel
+    fig, axes = plt.subplots(1, panels, figsize=(4.4 * panels, 4.6), layout="constrained")
     colors = plt.get_cmap("tab10")(np.arange(len(runs)) % 10)
     for (label, records), color in zip(runs.items(), colors, strict=True):
         for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
@@ -84,7 +85,7 @@ def training_curves(runs: dict, path, title: str) -> None:
                          color=plt.get_cmap("tab10")(i % 10) if len(runs) == 1 else color,
                          marker="o" if len(runs) == 1 else "osv^D<>p"[i % 8],
                          label=short if len(runs) == 1 else f"{label}: {short}")
-    for ax, (key, name) in zip(axes, CURVE_PANELS, strict=True):
+    for ax, (key, name) in zip(axes, CURVE_PANELS[:panels]):
         ax.set_xlabel("step")
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
