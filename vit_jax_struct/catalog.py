@@ -294,6 +294,8 @@ JUDGEMENTS = {
                     "from scratch − pretrained frozen attention", "positive", "log2 samples", max_seeds=5),
     "J9": Judgement("J9", "test error at the largest n′", "GLM (logistic regression, flattened) − pretrained "
                     "frozen attention", "positive", "points", max_seeds=5),
+    "J9scratch": Judgement("J9", "test error at the largest n′", "GLM (logistic regression, flattened) − the same "
+                           "one-layer ViT trained from scratch (Q and v)", "positive", "points", max_seeds=5),
     # J10 was first judged as "own-set mass − chance, inside ±0.05"; on review that test passes by construction (a
     # fresh partition per example leaves nothing to learn), so it is now the contrast with structured data.
     "J10": Judgement("J10", "own-set attention mass, data without a fixed partition (a fresh one per example)",

@@ -361,7 +361,7 @@ def verdict_inputs(res: dict) -> list[dict]:
          "method": "welch", "note": not_association},
         {"key": "J9", "comparison": f"transfer, n′ = {ns[-1]}: GLM vs pretrained attention",
          "treatment": pts(tr["glm"][-1]), "baseline": pts(tr["frozen_attention"][-1]), "method": "welch"},
-        {"key": "J9", "comparison": f"n′ = {ns[-1]}: GLM vs the same one-layer ViT trained from scratch on the same "
+        {"key": "J9scratch", "comparison": f"n′ = {ns[-1]}: GLM vs the same one-layer ViT trained from scratch on the same "
          "samples", "treatment": pts(tr["glm"][-1]), "baseline": pts(tr["scratch"][-1]), "method": "welch"},
         {"key": "J10", "comparison": "no fixed partition (a fresh one per example) vs structured data: own-set mass "
          "on the grid", "treatment": nos["own_set_mass"], "baseline": sym["own_set_mass"], "method": "welch",
