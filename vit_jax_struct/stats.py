@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 
 import numpy as np
 import scipy.stats
@@ -84,7 +85,9 @@ def welch(treatment, baseline, confidence: float = CONFIDENCE) -> Effect | None:
     if len(t) < 2 or len(b) < 2:
         return None
     delta = float(t.mean() - b.mean())
-    res = scipy.stats.ttest_ind(t, b, equal_var=False)
+    with warnings.catch_warnings():  # an arm of identical values (e.g. a censored count) is a valid Welch input;
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)  # scipy warns all the same
+        res = scipy.stats.ttest_ind(t, b, equal_var=False)
     if (np.var(t) == 0 and np.var(b) == 0) or not np.isfinite(res.df):
         low = high = delta
         df = None
