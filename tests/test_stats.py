@@ -43,6 +43,20 @@ def test_one_sample_interval_matches_scipy():
     assert e.df == 4 and e.mean_baseline == 0.25
 
 
+def test_paired_interval_matches_scipy_ttest_rel():
+    t, b = [0.61, 0.58, 0.66, 0.70], [0.55, 0.57, 0.60, 0.61]
+    e = stats.paired(t, b)
+    ref = scipy.stats.ttest_rel(t, b).confidence_interval(0.95)
+    assert e.method == "paired t" and e.df == 3 and (e.n_treatment, e.n_baseline) == (4, 4)
+    assert e.low == pytest.approx(ref.low) and e.high == pytest.approx(ref.high)
+    d = np.subtract(t, b)  # the textbook formula: mean ± t(0.975, n−1) · sd / √n
+    half = scipy.stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    assert (e.low, e.high) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert stats.paired([1.0], [0.5]) is None
+    with pytest.raises(ValueError, match="3 treatment values but 2 baseline"):
+        stats.paired([1, 2, 3], [1, 2])
+
+
 def test_bootstrap_interval_brackets_the_difference_and_is_reproducible():
     e = stats.bootstrap(A, B, n_resamples=2000, seed=3)
     assert e.low < e.delta < e.high and e.method.startswith("bootstrap")

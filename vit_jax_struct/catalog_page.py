@@ -44,6 +44,8 @@ def _short(v: dict) -> str:
     if e is None:
         return f"**{v['status']}**: {v['comparison']} — no interval ({v['reason']})"
     n = f"n = {e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
+    if j.history:
+        v = {**v, "status": v["status"] + ", post hoc"}
     return (f"**{v['status']}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} "
             f"[{e.low:+.{digits}f}, {e.high:+.{digits}f}] ({e.method}" + (f", df {e.df:.1f}" if e.df else "")
             + f"; {n})")
@@ -68,7 +70,8 @@ def render(verdicts_path: str = VERDICTS) -> str:
              "wholly outside the margin), **inconclusive** (neither, or fewer than "
              f"{stats.MIN_SEEDS} seeds per arm), **not run**. Each verdict names its metric, Δ with the interval's "
              "method and degrees of freedom, and n per arm; the directions, margins and seed counts are fixed in "
-             "`vit_jax_struct/catalog.py` before the runs; the numbers come from "
+             "`vit_jax_struct/catalog.py` before the runs, except the rules marked *post hoc* (added or changed after "
+             "results existed; each says what and why); the numbers come from "
              "[results/scoreboard.md](results/scoreboard.md) (every run listed in "
              "[results/runs.csv](results/runs.csv), commands in [results/commands.txt](results/commands.txt)).", "",
              "| id | experiment | paper says | metric (judged on) | ours (status: comparison, Δ [95 % CI] (method; "
@@ -92,7 +95,7 @@ def render(verdicts_path: str = VERDICTS) -> str:
                     f"Δ {'> 0' if j.expect == 'positive' else '< 0'}")
             whose = f"expected ({j.expected})" if j.expected else "the paper's finding"
             lines.append(f"- Judged (`{k}`): {j.metric}; Δ = {j.delta}; {whose}: {rule}; at most "
-                         f"{j.max_seeds} seeds per arm.")
+                         f"{j.max_seeds} seeds per arm." + (f" **Post hoc**: {j.history}." if j.history else ""))
         vs = by_row.get(row.id, [])
         if vs:
             lines += ["", "| comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | status |",

@@ -26,6 +26,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import re
 import sys
 
@@ -33,7 +34,7 @@ from vit_jax_struct import catalog, stats, storage
 from vit_jax_struct.train import metrics
 
 COLUMNS = ("run", "dataset", "model", "attention", "classifier", "skip_ablation", "permutation", "train_fraction",
-           "seed", "steps", "eval/accuracy", "smoke", "duplicate_of")
+           "seed", "steps", "eval/accuracy", "smoke", "duplicate_of", "code")
 
 
 def _model_name(m: dict) -> str:
@@ -88,7 +89,9 @@ def read_run(workdir: str) -> dict | None:
     if acc is None:
         return None
     m, d = cfg.get("model", {}), cfg.get("data", {})
-    return {"run": workdir, "family": "vit" if m.get("name", "vit") == "vit" else "cnn", "model": _model_name(m),
+    final_path = storage.join(workdir, "final_metrics.json")
+    code = json.loads(storage.read_text(final_path)).get("code", "") if storage.exists(final_path) else ""
+    return {"run": workdir, "code": code or "not recorded", "family": "vit" if m.get("name", "vit") == "vit" else "cnn", "model": _model_name(m),
             "dataset": _dataset(d), "attention": m.get("attention", "standard") if "variant" in m else "-",
             "classifier": m.get("classifier", "-"),
             "skip_ablation": m.get("skip_ablation") or "-", "permutation": _permutation(m, d),
@@ -185,8 +188,9 @@ def compare(runs) -> list[dict]:
 
 def verdicts_from_file(path: str) -> list[dict]:
     """Verdicts of a result file: a JSON list of `{"key", "comparison", "treatment": [per seed], "baseline": [per
-    seed] | null, "null": number | null, "method": "welch" | "one-sample" | "bootstrap", "runs": [...]}`, judged
-    with `catalog.JUDGEMENTS[key]`.
+    seed] | null, "null": number | null, "method": "welch" | "one-sample" | "paired" (baseline[i] pairs with
+    treatment[i]) | "bootstrap", "runs": [...], "baseline_label": what a one-sample null is (optional), "note"}`,
+    judged with `catalog.JUDGEMENTS[key]`.
 
     Raises:
       ValueError: an unknown key or method.
@@ -200,15 +204,18 @@ def verdicts_from_file(path: str) -> list[dict]:
             effect = stats.welch(v["treatment"], v["baseline"])
         elif method == "one-sample":
             effect = stats.one_sample(v["treatment"], v.get("null") or 0.0)
+        elif method == "paired":
+            effect = stats.paired(v["treatment"], v["baseline"])
         elif method == "bootstrap":
             effect = stats.bootstrap(v["treatment"], v["baseline"])
         else:
-            raise ValueError(f"{path}: method {method!r} is not one of welch, one-sample, bootstrap")
+            raise ValueError(f"{path}: method {method!r} is not one of welch, one-sample, paired, bootstrap")
         status, reason = judge(v["key"], effect)
         out.append({"id": v["key"], "key": v["key"], "row": catalog.JUDGEMENTS[v["key"]].row,
                     "comparison": v["comparison"], "models": v.get("models", ""), "runs": v.get("runs", []),
                     "baseline": v.get("baseline") or [], "treatment": v["treatment"], "effect": effect,
-                    "status": status, "reason": reason, "source": path, "note": v.get("note", "")})
+                    "status": status, "reason": reason, "source": path, "note": v.get("note", ""),
+                    "baseline_label": v.get("baseline_label", "")})
     return out
 
 
@@ -228,9 +235,10 @@ def verdict_cells(v: dict) -> tuple[str, str, str, str, str]:
     digits = 1 if j.unit == "points" else 3
     delta = "—" if e is None else f"{e.delta:+.{digits}f} {e.interval(digits)}"
     base = _arm(v["baseline"], j.unit) if v["baseline"] else (
-        f"null {e.mean_baseline:.{digits}f}" if e is not None else "—")
+        v.get("baseline_label") or (f"null {e.mean_baseline:.{digits}f}" if e is not None else "—"))
+    posthoc = "; rule set post hoc (see the catalog)" if j.history else ""
     return (f"{j.metric}; Δ = {j.delta} ({j.unit})", base, _arm(v["treatment"], j.unit), delta,
-            f"**{v['status']}** ({v['reason']})")
+            f"**{v['status']}** ({v['reason']}{posthoc})")
 
 
 def _slug(text: str) -> str:
@@ -262,6 +270,15 @@ def write_curves(runs, rows, out: str) -> dict:
     return written
 
 
+def _display_path(path: str) -> str:
+    """A run's path as runs.csv lists it: relative to the working directory (the repository root, where the commands
+    run) when it lies below it, else as given (a URL, or a sweep root elsewhere)."""
+    if storage.is_url(path):
+        return path
+    rel = os.path.relpath(os.path.abspath(path))
+    return path if rel.startswith("..") else rel
+
+
 def verdicts_json(rows: list[dict]) -> list[dict]:
     """The verdicts as JSON-able dicts (the effect as a dict), for `OUT/verdicts.json` and the catalog page."""
     return [{**{k: v for k, v in r.items() if k != "effect"},
@@ -276,7 +293,7 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
     buf = io.StringIO(newline="")
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
     w.writeheader()
-    w.writerows(runs)
+    w.writerows([{**r, "run": _display_path(r["run"])} for r in runs])
     storage.write_text(csv_path, buf.getvalue())
     storage.write_text(storage.join(out, "verdicts.json"), json.dumps(verdicts_json(rows), indent=1))
     smoke = [r for r in runs if r.get("smoke")]
@@ -290,28 +307,36 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
               f"0 in the paper's direction, or lies inside the equivalence margin of a no-effect claim), "
               f"**contradicts** (it excludes 0 the other way, or lies wholly outside the margin), **inconclusive** "
               f"(neither, or fewer than {stats.MIN_SEEDS} seeds per arm), **not run**. Directions, margins and "
-              f"maximum seeds are fixed in `vit_jax_struct/catalog.py` (`JUDGEMENTS`) before the runs; the statistics "
-              f"are `vit_jax_struct/stats.py`.", ""]
+              f"maximum seeds are fixed in `vit_jax_struct/catalog.py` (`JUDGEMENTS`) before the runs, except rules "
+              f"marked post hoc (added or changed after results existed; the catalog page says what and why); the "
+              f"statistics are `vit_jax_struct/stats.py`.", ""]
     if smoke or dups:
         lines += [f"**Not judged**: {len(smoke)} smoke or unfinished run(s) (a step budget other than the declared "
                   f"{', '.join(map(str, ALL_BUDGETS))}), {len(dups)} run(s) whose training config equals another's "
                   "(counted once); see the `smoke` and `duplicate_of` columns below.", ""]
     if rows:
-        lines += ["| id | comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | paper says (expected) | status |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["| id | comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | paper says (expected) | "
+                  "status |", "|---|---|---|---|---|---|---|---|"]
     else:
         lines += ["None: these runs form no comparison of the catalog and no result file was given."]
     for r in rows:
         metric, base, treat, delta, status = verdict_cells(r)
         lines.append(f"| {r['id']} | {r['comparison']} | {metric} | {base} | {treat} | {delta} | "
                      f"{catalog.expected(r['key'])} | {status} |")
+    judged = {r["row"] for r in rows}
+    for row in catalog.ROWS if rows else ():  # the catalog rows nothing here answers: not run, and what would run them
+        if row.id not in judged:
+            metric = "<br>".join(dict.fromkeys(j.metric for j in catalog.JUDGEMENTS.values() if j.row == row.id))
+            lines.append(f"| {row.id} | {row.title} | {metric or '—'} | — | — | — | {catalog.paper_says([row.id])} | "
+                         f"**not run** ({row.pending or 'no runs'}) |")
     if curves and curves.get("comparisons"):
         lines += ["", "## Training curves", "", "Train loss, eval accuracy and few-shot accuracy vs step, the arms of "
                   "each comparison overlaid (one file per run beside them in `curves/`):", ""]
         for rid, comparison, path in curves["comparisons"]:
             lines.append(f"- {rid} {comparison}: [{storage.basename(path)}](curves/{storage.basename(path)})")
     elif curves and curves.get("runs"):
-        lines += ["", "## Training curves", "", "Train loss, eval accuracy (and few-shot accuracy) vs step, per run:", ""]
+        lines += ["", "## Training curves", "", "Train loss, eval accuracy (and few-shot accuracy) vs step, per run:",
+                  ""]
         for path in curves["runs"]:
             lines.append(f"- [{storage.basename(path)}](curves/{storage.basename(path)})")
     lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]

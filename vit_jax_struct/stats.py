@@ -4,8 +4,9 @@ Every judged catalog row (the scoreboard `vit_jax_struct/report.py` and the cata
 `vit_jax_struct/catalog_page.py` both call this module) reports an `Effect`: Δ = mean(treatment) − mean(baseline) of a
 measure that is one number per seed, with the 95 % confidence interval of Welch's unequal-variance t (degrees of
 freedom by Welch–Satterthwaite; `scipy.stats.ttest_ind(equal_var=False).confidence_interval()`), or a one-sample t
-interval of per-seed differences against a null, or a percentile bootstrap where a measure is not one number per
-seed (`Effect.method` says which). The status of a row (`status`):
+interval of per-seed differences against a null, a paired t interval where treatment and baseline share a unit
+(`paired`: R7/R8, whose two arms are compared with the same reference model), or a percentile bootstrap where a
+measure is not one number per seed (`Effect.method` says which). The status of a row (`status`):
 
 - `reproduced`: the interval excludes 0 in the paper's direction; for a "no effect" claim, it lies inside the
   equivalence margin stated in the catalog (±`margin`);
@@ -115,6 +116,31 @@ def one_sample(values, null: float = 0.0, confidence: float = CONFIDENCE, n_base
         low, high, df = float(ci.low) - null, float(ci.high) - null, float(res.df)
     return Effect(delta, low, high, df, "one-sample t", len(v), n_baseline, float(v.mean()),
                   null if baseline_mean is None else baseline_mean, sample_sd(v), None)
+
+
+def paired(treatment, baseline, confidence: float = CONFIDENCE) -> Effect | None:
+    """Paired t interval of mean(treatment − baseline): `treatment[i]` and `baseline[i]` share a unit (e.g. the same
+    reference model in a cross-seed CKA, so the reference's own variation cancels). `[n]` each, in unit order.
+    None for fewer than 2 pairs. Source: scipy.stats.ttest_rel and its `confidence_interval`.
+
+    Raises:
+      ValueError: the two lists differ in length.
+    """
+    t, b = np.asarray(treatment, float), np.asarray(baseline, float)
+    if len(t) != len(b):
+        raise ValueError(f"paired: {len(t)} treatment values but {len(b)} baseline values; pairs need equal counts")
+    if len(t) < 2:
+        return None
+    d = t - b
+    delta = float(d.mean())
+    if np.std(d) == 0:
+        low = high = delta
+        df = None
+    else:
+        ci = scipy.stats.ttest_rel(t, b).confidence_interval(confidence_level=confidence)
+        low, high, df = float(ci.low), float(ci.high), float(len(d) - 1)
+    return Effect(delta, low, high, df, "paired t", len(t), len(b), float(t.mean()), float(b.mean()), sample_sd(t),
+                  sample_sd(b))
 
 
 def bootstrap(treatment, baseline, n_resamples: int = 9999, seed: int = 0,

@@ -16,7 +16,7 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
 - `vit_permuted4`: the **positive control**: 4-px blocks permuted across the whole image under 8-px patches, so
   every patch holds four blocks from anywhere in the image in a fixed but scrambled arrangement; the patch embedding
   (a linear map of a patch) loses the spatial structure inside the patch, so this should cost the ViT accuracy. If it does not, J2's comparison cannot detect a harmful permutation at this budget.
-- `vit_positional` (J1: positional attention in blocks 0–1), `vit_gap` (R5/R8: GAP classifier), `vit_skip3` (R3/R4:
+- `vit_positional` (J1: positional attention in every block, as Jelassi et al. §6), `vit_gap` (R5/R8: GAP classifier), `vit_skip3` (R3/R4:
   both residuals of block 3 of 6 removed): further catalog rows against the same `vit_original` baseline;
 - `cnn_{resnet18,vgg19}_{original,permuted8}`: J3's CNNs (16 channels in the first stage, `cnn_steps`), 8-px blocks.
   XLA's CPU convolutions are slow (a thin ResNet-18 takes > 2 s a step here): run them where an accelerator is.

@@ -25,7 +25,7 @@ Arms (the CLS, standard-attention, full-data arm is every comparison's baseline)
 - `full`: all 50,000 training images;
 - `frac0.1`, `frac0.3`: nested random subsets (`data.train_fraction`), the same number of steps (R2, R6, R7);
 - `gap`: GAP classifier (R5, R8);
-- `positional`: positional attention in blocks 0–1 (J1).
+- `positional`: positional attention in every block, as Jelassi et al. §6 (J1).
 Every run evaluates the few-shot probes (1/5/10/25-shot ridge on the pre-logits; R6 reads 10-shot on the digits, a
 task the models never saw) and holds the data in memory (`data.in_memory`: the same batches as the files, faster).
 Arguments: `steps=N`, `width=N`, `depth=N`, `heads=N`, `mlp=N`, `seeds=N`, `root=PATH` (default /tmp/data/cifar10).

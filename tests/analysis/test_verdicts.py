@@ -38,3 +38,23 @@ def test_early_heads_uses_the_first_third_of_the_blocks_and_the_local_threshold(
     assert 0.75 * uniform == pytest.approx(6.402, abs=1e-3)
     with pytest.raises(ValueError, match="lacks attention_distance_pixels"):
         verdicts.early_heads({"model": {"patch_size": 10}})
+
+
+def _cka_result(value: float, other: str) -> dict:
+    return {"cka_across": {"other": other, "layers": ["block00", "block01"], "other_layers": ["block00", "block01"],
+                           "matrix": [[0.9, 0.1], [0.2, value]]}}
+
+
+def test_r7_r8_pairs_share_the_reference_of_their_seed_and_refuse_a_mismatch():
+    base = {0: "full0", 1: "full1", 2: "full2"}
+    arm = {0: "gap0", 2: "gap2"}  # seed 1 of the arm is missing: only seeds 0 and 2 pair
+    ref = {s: verdicts.cross_seed_reference(s, base) for s in base}
+    assert ref == {0: "full1", 1: "full2", 2: "full0"}  # never the model's own seed
+    results = {"full0": _cka_result(0.80, ref[0]), "full1": _cka_result(0.70, ref[1]),
+               "full2": _cka_result(0.75, ref[2]), "gap0": _cka_result(0.60, ref[0]),
+               "gap2": _cka_result(0.50, ref[2])}
+    t, b = verdicts._paired_cka(arm, base, results)
+    assert (t, b) == ([0.60, 0.50], [0.80, 0.75])  # last block vs last block, in seed order
+    results["gap2"] = _cka_result(0.50, "full1")  # analysed against another reference than full2 was
+    with pytest.raises(ValueError, match="different references"):
+        verdicts._paired_cka(arm, base, results)

@@ -5,6 +5,7 @@ import errno
 import json
 import logging
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -66,6 +67,8 @@ def test_a_run_writes_log_curves_time_accounting_and_a_trace_all_readable_by_oth
 
     # Time accounting: per log interval, and the totals with goodput in final_metrics.json.
     final = json.loads((wd / "final_metrics.json").read_text())
+    # The code it trained with: this checkout's commit (+modified when tracked files differ), also in the log.
+    assert re.fullmatch(r"[0-9a-f]{12}(\+modified)?|unknown", final["code"]) and f"code: {final['code']}" in log
     cats = [f"time/{c}" for c in timing.CATEGORIES]
     assert set(cats) | {"time/wall", "goodput"} <= set(final)
     assert 0 < final["goodput"] < 1 and final["time/compile"] > 0 and final["time/eval"] > 0 and \

@@ -16,13 +16,13 @@ values of each judged row (`catalog.JUDGEMENTS`):
 - R5: the localization margin — the CKA of each final-block output token with its own input patch minus its mean
   CKA with the other patches (Raghu et al. §6) — GAP against CLS;
 - R8: the CKA of the last block of a GAP run (seed s) with the CLS run of seed s′ ≠ s, against the same for a CLS
-  run of seed s (a cross-seed baseline: two CLS models differ too);
+  run of seed s (a cross-seed baseline: two CLS models differ too), paired on the reference s′ (`stats.paired`);
 - data-size arms (`data.train_fraction` < 1, CLS, standard attention) against the full-data CLS runs:
   R2 — the mean attention distance (pixels) of the heads of the first third of the blocks, and R2local — the
   fraction of those heads whose mean distance is below 75 % of uniform attention's (`uniform_attention_distance`);
   R6 — the 10-shot ridge-probe accuracy of the pre-logits on the digits (`fewshot/digits_10shot` of the run's last
   evaluation; a task the model never saw); R7 — the last-block CKA of the subset model (seed s) with the full-data
-  model of seed s′ ≠ s, against full data (s) vs full data (s′).
+  model of seed s′ ≠ s, against full data (s) vs full data (s′), paired on the reference s′.
 
 Every comparison names its sweep (data set, model, step budget), so verdict files of several sweeps can be read
 together.
@@ -168,6 +168,29 @@ def _fewshot(workdir: str, key: str = "fewshot/digits_10shot"):
     return got
 
 
+PAIRED_NOTE = ("paired t on seeds: the model of seed s and the full-data CLS model of seed s share the reference "
+               "(the full-data CLS model of seed s′ = s + 1, cyclically), so the reference's own variation cancels; "
+               "each full-data CLS model is also the reference of another seed, so the pairs are not fully "
+               "independent and the interval is somewhat optimistic")
+
+
+def _paired_cka(arm: dict, base: dict, results: dict) -> tuple[list[float], list[float]]:
+    """R7/R8 pairs: per seed s present in both arms (both analysed against the same reference, the full-data CLS
+    run of `cross_seed_reference(s)`), the last-block CKA of the arm's model and of the full-data model of seed s;
+    two lists in seed order."""
+    t, b = [], []
+    for s in sorted(set(arm) & set(base)):
+        rt, rb = results[arm[s]], results[base[s]]
+        if "cka_across" in rt and "cka_across" in rb:
+            if rt["cka_across"]["other"] != rb["cka_across"]["other"]:
+                raise ValueError(f"{arm[s]} and {base[s]} were analysed against different references "
+                                 f"({rt['cka_across']['other']} vs {rb['cka_across']['other']}); delete their "
+                                 "analysis/ folders and rerun")
+            t.append(_last_block_cka(rt))
+            b.append(_last_block_cka(rb))
+    return t, b
+
+
 def verdict_inputs(arms: dict, results: dict) -> list[dict]:
     """The per-seed values of J4, R2, R4, R5, R6, R7 and R8 (`report.verdicts_from_file` format)."""
     base = arms.get(BASE, {})
@@ -191,10 +214,10 @@ def verdict_inputs(arms: dict, results: dict) -> list[dict]:
                 out.append({"key": "R6",
                             "comparison": f"{pct} vs 100 % of the pretraining data: 10-shot digits{label}",
                             "treatment": shots_t, "baseline": shots_b, "method": "welch", "runs": runs + base_runs})
+            t, b = _paired_cka(by_seed, base, results)
             out.append({"key": "R7", "comparison": f"{pct} subset vs full data: last-block CKA with a full-data model "
-                        f"of another seed{label}", "treatment": [_last_block_cka(r) for r in res if "cka_across" in r],
-                        "baseline": [_last_block_cka(results[w]) for w in base_runs if "cka_across" in results[w]],
-                        "method": "welch", "runs": runs + base_runs})
+                        f"of another seed, paired on that reference{label}", "treatment": t, "baseline": b,
+                        "method": "paired", "runs": runs + base_runs, "note": PAIRED_NOTE})
             continue
         if key[4] < 1.0:
             continue
@@ -203,12 +226,13 @@ def verdict_inputs(arms: dict, results: dict) -> list[dict]:
                     if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
             out.append({"key": "J4", "comparison": "patches permuted (blocks of the patch size): locality after π⁻¹ − "
                         f"null{label}",
-                        "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs})
+                        "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs,
+                        "baseline_label": "its null, subtracted per seed"})
             order = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_spearman_token_order"] for r in res
                      if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
             out.append({"key": "J4order", "comparison": "patches permuted (blocks of the patch size): locality after "
                         f"π⁻¹ − in token order{label}", "treatment": order, "null": 0.0, "method": "one-sample",
-                        "runs": runs})
+                        "runs": runs, "baseline_label": "token order, subtracted per seed"})
         if key[2] != "-" and key[:2] == BASE[:2] and key[3] == "none" and base:
             block = int(key[2].split(":")[0].split(",")[0])
             split = lambda r: cka_split(r["cka"]["matrix"], r["cka"]["layers"], block)  # noqa: E731
@@ -222,11 +246,10 @@ def verdict_inputs(arms: dict, results: dict) -> list[dict]:
                         "treatment": [margin(r) for r in res],
                         "baseline": [margin(results[w]) for w in base_runs], "method": "welch",
                         "runs": runs + base_runs})
-            cross_t = [_last_block_cka(r) for r in res if "cka_across" in r]
-            cross_b = [_last_block_cka(results[w]) for w in base_runs if "cka_across" in results[w]]
-            out.append({"key": "R8", "comparison": f"GAP vs CLS: last-block CKA with a CLS model of another "
-                        f"seed{label}",
-                        "treatment": cross_t, "baseline": cross_b, "method": "welch", "runs": runs + base_runs})
+            t, b = _paired_cka(by_seed, base, results)
+            out.append({"key": "R8", "comparison": f"GAP vs CLS: last-block CKA with a CLS model of another seed, "
+                        f"paired on that reference{label}", "treatment": t, "baseline": b, "method": "paired",
+                        "runs": runs + base_runs, "note": PAIRED_NOTE})
     return out
 
 

@@ -167,6 +167,27 @@ def closing_line(workdir: str, step: int, final: dict, outputs: list[str]) -> st
     return (f"done: step {step}; " + ", ".join(shown) + f"; outputs in {workdir}: " + ", ".join(outputs))
 
 
+def code_version() -> str:
+    """The code a run trains with, for its log and `final_metrics.json` ("code"): the git commit (12 hex digits) of
+    the checkout this package is imported from, `+modified` when tracked files differ from it; "unknown" outside a
+    git checkout or without git. Runs trained by different code can then be told apart (report.py's runs.csv)."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def git(*args):
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=20,
+                              check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+modified" if dirty else "") if head else "unknown"
+
+
 def short_error(e: BaseException, limit: int = 400) -> str:
     """`Type: first line of the message`, cut to `limit` characters (TensorStore errors carry a whole JSON spec)."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""

@@ -536,6 +536,8 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
                  dict(mesh.shape), config.batch_size, parts["per_host_batch"])
     logging.info("%s", runlog_lib.data_line(config, parts))
     logging.info("%s", runlog_lib.augmentation_line(config))
+    code = runlog_lib.code_version()
+    logging.info("code: %s", code)
 
     train_step = make_train_step(config, parts["model"], parts["tx"], parts["schedule"], parts["num_classes"],
                                  mesh, state_sh)
@@ -677,7 +679,7 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
         last.update(summary)
         if jax.process_index() == 0 and step >= total:
             writer.flush()
-            final = _final_metrics(workdir, step, last)
+            final = {**_final_metrics(workdir, step, last), "code": code}
             storage.write_text(storage.join(workdir, "final_metrics.json"), json.dumps(final, indent=2))
             write_curves(writer, workdir, config)
             outputs = ["config.json", "metrics.jsonl", "final_metrics.json", "log.txt"]
