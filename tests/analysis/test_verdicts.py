@@ -36,6 +36,8 @@ def test_early_heads_uses_the_first_third_of_the_blocks_and_the_local_threshold(
     mean, local = verdicts.early_heads(res)  # blocks 0-1 of 6
     assert mean == pytest.approx(23.0 / 4) and local == pytest.approx(2 / 4)
     assert 0.75 * uniform == pytest.approx(6.402, abs=1e-3)
+    # A run's analysis.json names the patch in the variant (patch_size None unless overridden): the same answer.
+    assert verdicts.early_heads({**res, "model": {"patch_size": None, "variant": "Ti/10"}}) == (mean, local)
     with pytest.raises(ValueError, match="lacks attention_distance_pixels"):
         verdicts.early_heads({"model": {"patch_size": 10}})
 

@@ -269,3 +269,27 @@ def test_unreadable_images_are_skipped_deterministically_counted_and_found_by_ve
         trainer.train_and_evaluate(cfg, str(tmp_path / "w2"))
     problems = verify.verify_config(cfg, workers=2)
     assert len(problems) == 1 and problems[0].startswith(bad + ": cannot decode image file")
+
+
+def test_compare_runs_is_exact_and_names_the_first_difference(tmp_path, capsys):
+    def run(name, records):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return str(d)
+
+    rec = [{"step": 10, "train/loss": 2.5, "train/grad_norm": 1.25, "time/train_step": 3.0},
+           {"step": 20, "train/loss": 2.25, "train/grad_norm": 1.0, "eval/accuracy": 0.5, "eval/loss": 2.0}]
+    a = run("a", rec)
+    b = run("b", [{**rec[0], "time/train_step": 9.0}, rec[1]])  # timing differs: still the same run
+    c = run("c", [rec[0], {**rec[1], "train/loss": 2.2500001}])
+    d = run("d", rec[:1])
+    assert metrics.compare_runs(a, b) == {"values": 6, "mismatched": [], "only_in_a": [], "only_in_b": [],
+                                          "same": True}
+    diff = metrics.compare_runs(a, c)
+    assert not diff["same"] and diff["mismatched"] == [(20, "train/loss", 2.25, 2.2500001)]
+    assert metrics.compare_runs(a, d)["only_in_a"] == [(20, "eval/accuracy"), (20, "eval/loss"),
+                                                       (20, "train/grad_norm"), (20, "train/loss")]
+    assert metrics.main(["--compare", a, b]) == 0 and metrics.main(["--compare", a, c]) == 1
+    assert "1 mismatched" in capsys.readouterr().out
+    assert metrics.main(["--compare", a, str(tmp_path)]) == 2

@@ -77,11 +77,17 @@ def early_heads(res: dict, local_fraction: float = 0.75) -> tuple[float, float]:
     (at least one block) of an `analysis.json`: local = mean distance < `local_fraction` × uniform attention's.
 
     Raises:
-      ValueError: no attention distances (a model without attention maps) or no patch size in the record.
+      ValueError: no attention distances (a model without attention maps) or no patch size in the record (neither
+        `model.patch_size` nor a `model.variant` such as "Ti/4").
     """
     dist = res.get("attention_distance_pixels") or {}
     blocks = sorted(k for k in dist if k.startswith("block"))
-    patch = (res.get("model") or {}).get("patch_size")
+    model = res.get("model") or {}
+    patch = model.get("patch_size")
+    if not patch and model.get("variant"):  # a run's config names its patch in the variant ("Ti/4") unless overridden
+        from vit_jax_struct.models import vit
+
+        patch = vit.decode_variant(model["variant"])["patch_size"]
     if not blocks or not patch or "localization" not in res:
         raise ValueError("analysis.json lacks attention_distance_pixels, model.patch_size or the localization matrix "
                          "(whose side is the number of patches)")

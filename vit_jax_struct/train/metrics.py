@@ -213,3 +213,47 @@ class MetricWriter:
 def read_metrics(workdir: str) -> list[dict]:
     """All records of `workdir/metrics.jsonl` (local or `gs://`), in file order."""
     return _records(storage.read_text(storage.join(workdir, "metrics.jsonl")))
+
+
+COMPARED = ("train/loss", "train/grad_norm", "eval/accuracy", "eval/loss")
+
+
+def compare_runs(a: str, b: str, keys=COMPARED) -> dict:
+    """Are two runs the same run? Compares `keys` at every logged step of workdirs `a` and `b` (local or `gs://`),
+    exactly (bit for bit, as JSON floats). Returns `{"values": n compared, "mismatched": [(step, key, a, b)],
+    "only_in_a": [...], "only_in_b": [...]}`; `same` is True when there is at least one value and no difference.
+    Timing keys (`time/…`, images/s) are not compared: they differ between any two runs."""
+    def values(workdir):
+        return {(r["step"], k): r[k] for r in read_metrics(workdir) for k in keys if k in r}
+
+    va, vb = values(a), values(b)
+    out = {"values": len(va.keys() & vb.keys()),
+           "mismatched": [(s, k, va[(s, k)], vb[(s, k)]) for (s, k) in sorted(va.keys() & vb.keys())
+                          if va[(s, k)] != vb[(s, k)]],
+           "only_in_a": sorted(va.keys() - vb.keys()), "only_in_b": sorted(vb.keys() - va.keys())}
+    out["same"] = bool(out["values"]) and not (out["mismatched"] or out["only_in_a"] or out["only_in_b"])
+    return out
+
+
+def main(argv=None) -> int:
+    """`python -m vit_jax_struct.train.metrics --compare A B`: exit 0 when runs A and B logged the same losses, grad
+    norms and eval metrics at every step (bit for bit), 1 otherwise, with one summary line."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), required=True, help="two workdirs")
+    args = ap.parse_args(argv)
+    for w in args.compare:
+        if not storage.exists(storage.join(w, "metrics.jsonl")):
+            print(f"error: {w} has no metrics.jsonl (not a run's workdir)", file=sys.stderr)
+            return 2
+    r = compare_runs(*args.compare)
+    print(f"{'same' if r['same'] else 'different'}: {r['values']} values compared ({', '.join(COMPARED)}), "
+          f"{len(r['mismatched'])} mismatched, {len(r['only_in_a'])} only in A, {len(r['only_in_b'])} only in B"
+          + (f"; first mismatch {r['mismatched'][0]}" if r["mismatched"] else ""))
+    return 0 if r["same"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
