@@ -205,10 +205,13 @@ ROWS = (
         f"{SWEEP8} --only=frac && {VERDICTS8}",
         "python main.py --mode=analyze --config=configs/vit_l16.py:folder=IMAGENET --config.data.eval_split=val "
         "--config.init_from=ViT-L_16.npz --workdir=OUT  # an ImageNet-21k checkpoint; then an ImageNet-1k-only one",
+        results=("docs/results/datasize/README.md",), plots=("docs/results/datasize/attention_distance.png",),
         pending=f"the data-size arms of {GRID8}; on the 4×4 grid (8-px patches) a head attending to its neighbours "
                 "would score ≈ 8 px, yet no early head of the 18 CIFAR-100 runs (1,000 steps) got below the 12.05-px "
                 "threshold (75 % of uniform attention's 16.06 px): the most local is at 12.1 px, the full-data CLS "
-                "arms' at 13.0 px"),
+                "arms' at 13.0 px. On the 8×8 grid the first full-data run (2,000 steps) has none either (early "
+                "heads 14.9–16.2 px, threshold 12.4 px): at this budget R2 can show only as a shift of the mean "
+                "distance"),
     Row("R3", RAGHU, "§5, Figure 9", "skip connections removed in a middle block",
         "removing both residuals of one middle block costs accuracy", "≈ −4 % top-1 (ours matches the sign only: "
         "−3.8 points on a 16 % base is a 24 % relative drop)",
@@ -242,6 +245,7 @@ ROWS = (
         f"{SWEEP8} --only=frac && {VERDICTS8}",
         "python main.py --config=configs/vit_b16.py:data=i21k --config.fewshot.every_steps=10000 --workdir=RUN  "
         "# vs configs/vit_b16.py (ImageNet-1k)",
+        results=("docs/results/datasize/README.md",), plots=("docs/results/datasize/fewshot.png",),
         pending=f"the data-size arms of {GRID8}, with the few-shot evaluator"),
     Row("R7", RAGHU, "§7, Figure 12", "smaller pretraining subsets: higher layers diverge",
         "models pretrained on 3–30 % subsets have lower layers similar to the 100 % model's and higher layers "
@@ -250,6 +254,7 @@ ROWS = (
         f"{SWEEP8} --only=frac && {VERDICTS8}",
         "python main.py --config=configs/vit_b16.py:data=i21k --config.data.train_fraction=0.03 --workdir=RUN && "
         f"{ANALYZE} --compare=FULL_DATA_RUN",
+        results=("docs/results/datasize/README.md",), plots=("docs/results/datasize/cka_to_full.png",),
         pending=f"the data-size arms (10 / 30 / 100 %; subsets compared with full-data models of other seeds) of "
                 f"{GRID8}"),
     Row("R8", RAGHU, "§6, Figure 11", "CLS vs GAP: representation similarity",
