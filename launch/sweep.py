@@ -129,7 +129,8 @@ def main(argv=None):
     ap.add_argument("--sweep", required=True, help="sweep file[:arg]")
     ap.add_argument("--root", required=True, help="folder for the runs' workdirs")
     ap.add_argument("--run", action="store_true", help="run locally (one after another, or --jobs at a time)")
-    ap.add_argument("--only", default="", help="only runs whose name contains this")
+    ap.add_argument("--only", action="append", default=[],
+                    help="only runs whose name contains this (repeatable: runs matching any of them)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="with --run: how many runs at a time (in the sweep's order; each one a process). For CPU "
                          "hosts: on a GPU/TPU host every run takes all accelerators, so keep 1 there")
@@ -139,9 +140,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     sweep = load_sweep(args.sweep)
     cmds = [c for c in commands(sweep, args.root, multihost=bool(args.tpu), sets=parse_sets(args.set))
-            if args.only in c[0]]
+            if not args.only or any(o in c[0] for o in args.only)]
     if not cmds:
-        ap.error(f"no run of the sweep matches --only {args.only!r}")
+        ap.error(f"no run of the sweep matches --only {' or '.join(map(repr, args.only))}")
     if args.tpu:
         name, zone = args.tpu.split(",")
         for _, workdir, cmd in cmds:

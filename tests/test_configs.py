@@ -291,6 +291,11 @@ def test_sweep_set_overrides_every_run_for_a_smoke_sweep(tmp_path, capsys):
                        *[f"--set={s}" for s in sets]]) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     assert len(printed) == 1 and "--config.total_steps=20" in printed[0] and "classifier=gap" in printed[0]
+    # --only repeated: the runs matching any of the substrings (a treatment arm with its baseline arm).
+    assert sweep.main([f"--sweep={ROOT}/configs/sweeps/cifar10_grid8.py", f"--root={tmp_path}", "--only=full",
+                       "--only=frac0.1"]) == 0
+    names = [line.split("--workdir=")[1].split()[0].rsplit("/", 1)[1] for line in capsys.readouterr().out.splitlines()]
+    assert sorted(names) == sorted(f"{arm},seed={s}" for arm in ("full", "frac0.1") for s in range(3))
     with pytest.raises(ValueError, match="key=value"):
         sweep.parse_sets(["total_steps"])
 

@@ -85,11 +85,16 @@ def test_result_file_verdicts_are_judged_by_their_catalog_key(tmp_path):
     path = tmp_path / "v.json"
     path.write_text(json.dumps([{"key": "J5", "comparison": "x", "treatment": [0.5, 0.6, 0.55, 0.52, 0.58],
                                  "null": 0.25, "method": "one-sample"},
-                                {"key": "J10rand", "comparison": "y", "treatment": [0.3, 0.31, 0.29],
+                                {"key": "J10rand", "comparison": "y", "treatment": [0.3, 0.31, 0.29, 0.3, 0.3],
+                                 "baseline": [0.3, 0.305, 0.295, 0.3, 0.3], "method": "welch"},
+                                {"key": "J10rand", "comparison": "y3", "treatment": [0.3, 0.31, 0.29],
                                  "baseline": [0.3, 0.305, 0.295], "method": "welch"}]))
     rows = report.verdicts_from_file(str(path))
     assert rows[0]["status"] == "reproduced" and rows[0]["effect"].delta == pytest.approx(0.3)
     assert rows[1]["status"] == "reproduced"  # inside the ±0.05 margin
+    assert "a control, not the paper's claim" in rows[1]["reason"]  # J10rand is a control the paper did not run
+    # A theory row needs 5 seeds per arm: the same interval from 3 seeds is not judged.
+    assert (rows[2]["status"], rows[2]["reason"]) == ("inconclusive", "n = 3 < 5 per arm: not judged; a control, not the paper's claim")
     path.write_text(json.dumps([{"key": "nope", "comparison": "z", "treatment": [1, 2]}]))
     with pytest.raises(ValueError, match="verdict key 'nope'"):
         report.verdicts_from_file(str(path))

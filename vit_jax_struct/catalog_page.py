@@ -32,6 +32,21 @@ def load_verdicts(path: str = VERDICTS) -> list[dict]:
     return rows
 
 
+def cifar100_top1(runs_csv: str = os.path.join(REPO, "docs", "results", "runs.csv")) -> str:
+    """Top-1 of the CIFAR-100 sweep's unpermuted CLS ViT arm (`vit_original`), mean over its judged runs in
+    `runs.csv`, as "15.9 % (n=3)" (for the scale note); "not run" without such runs."""
+    import csv
+
+    if not os.path.exists(runs_csv):
+        return "not run"
+    with open(runs_csv, newline="") as f:
+        acc = [float(r["eval/accuracy"]) for r in csv.DictReader(f)
+               if r["dataset"] == "cifar100" and r["model"].startswith("ViT") and r["attention"] == "standard"
+               and r["classifier"] == "token" and r["skip_ablation"] == "-" and r["permutation"] == "none"
+               and r["smoke"] == "False" and not r["duplicate_of"] and r["eval/accuracy"]]
+    return f"{100 * sum(acc) / len(acc):.1f} % (n={len(acc)})" if acc else "not run"
+
+
 def _rel(path: str) -> str:
     """A repository path as a link target relative to docs/."""
     return os.path.relpath(path, "docs")
@@ -44,6 +59,8 @@ def _short(v: dict) -> str:
     if e is None:
         return f"**{v['status']}**: {v['comparison']} — no interval ({v['reason']})"
     n = f"n = {e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
+    if j.expected:
+        v = {**v, "status": v["status"] + ", control"}
     if j.history:
         v = {**v, "status": v["status"] + ", post hoc"}
     return (f"**{v['status']}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} "
@@ -64,11 +81,13 @@ def render(verdicts_path: str = VERDICTS) -> str:
              f"Rows J1–J10: {catalog.JELASSI}, *Vision Transformers provably learn spatial structure*. Rows R1–R8: "
              f"{catalog.RAGHU}, *Do Vision Transformers See Like Convolutional Neural Networks?*. Small-scale "
              "commands run on a CPU; full-scale commands are the papers' setting and need an accelerator.", "",
-             f"**Scale.** {catalog.SCALE_NOTE}", "",
+             f"**Scale.** {catalog.SCALE_NOTE.format(cifar100_top1=cifar100_top1())}", "",
+             f"**What came before.** {catalog.HISTORY}", "",
              "Status: **reproduced** (the 95 % interval of Δ excludes 0 in the paper's direction, or lies inside the "
              "equivalence margin of a no-effect claim), **contradicts** (it excludes 0 the other way, or lies "
              "wholly outside the margin), **inconclusive** (neither, or fewer than "
-             f"{stats.MIN_SEEDS} seeds per arm), **not run**. Each verdict names its metric, Δ with the interval's "
+             f"{stats.MIN_SEEDS} seeds per arm, 5 for the theory rows), **not run**; a control or check the paper "
+             "did not run is marked *control*. Each verdict names its metric, Δ with the interval's "
              "method and degrees of freedom, and n per arm; the directions, margins and seed counts are fixed in "
              "`vit_jax_struct/catalog.py` before the runs, except the rules marked *post hoc* (added or changed after "
              "results existed; each says what and why); the numbers come from "

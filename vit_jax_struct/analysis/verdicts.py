@@ -174,10 +174,11 @@ def _fewshot(workdir: str, key: str = "fewshot/digits_10shot"):
     return got
 
 
-PAIRED_NOTE = ("paired t on seeds: the model of seed s and the full-data CLS model of seed s share the reference "
-               "(the full-data CLS model of seed s′ = s + 1, cyclically), so the reference's own variation cancels; "
-               "each full-data CLS model is also the reference of another seed, so the pairs are not fully "
-               "independent and the interval is somewhat optimistic")
+PAIRED_NOTE = ("paired t on seeds: the treatment model of seed s (a subset or GAP model) and the baseline model of "
+               "seed s (the full-data CLS model) are both compared with one reference, the baseline model of seed "
+               "s′ = s + 1 (cyclically), so the reference's own variation cancels; each baseline model is also the "
+               "reference of another seed, so the pairs are not fully independent and the interval is somewhat "
+               "optimistic")
 
 
 def _paired_cka(arm: dict, base: dict, results: dict) -> tuple[list[float], list[float]]:
