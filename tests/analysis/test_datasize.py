@@ -64,8 +64,10 @@ def test_data_size_study_finds_runs_pairs_references_and_counts_local_heads(tmp_
     assert full["seeds"][0]["cka_to_reference"]["block03"] == pytest.approx(0.8)
     assert full["seeds"][1]["cka_to_reference"] is None
     text = datasize.render(s, "python -m vit_jax_struct.analysis.datasize …")
-    assert "| 0.1 | 0.5100 (n=1) | block00, block01 | 16.00 (n=1) | 0.00 (n=1) |" in text
-    assert "| 1 | 0.5000 ± 0.0000 (n=2) | block00, block01 | 13.49 ± 0.00 (n=2) | 0.25 ± 0.00 (n=2) |" in text
+    # Columns: accuracy, early blocks, mean distance, most local early head (4.0 px of `near`), local share.
+    assert "| 0.1 | 0.5100 (n=1) | block00, block01 | 16.00 (n=1) | 16.00 (n=1) | 0.00 (n=1) |" in text
+    assert ("| 1 | 0.5000 ± 0.0000 (n=2) | block00, block01 | 13.49 ± 0.00 (n=2) | 4.00 ± 0.00 (n=2) | "
+            "0.25 ± 0.00 (n=2) |") in text
     assert "| 1 | 0.605 ± 0.007 |" in text  # digits 10-shot: 0.60 and 0.61 over the two full-data seeds
     out = str(tmp_path / "out")
     paths = datasize.write(s, out, "cmd")

@@ -188,6 +188,7 @@ def summarize(runs: list[dict], grid_uniform_px: float, at_init: list[dict] | No
             "attention_distance_pixels": {b: dist[b] for b in blocks},
             "early_blocks": early,
             "early_mean_distance_px": float(heads.mean()),
+            "early_min_distance_px": float(heads.min()),
             "local_heads_early": float((heads < LOCAL_FRACTION * grid_uniform_px).mean()),
             "cka_to_reference": cka_diag, "reference": cross["other"] if cross else None})
     return {"uniform_attention_px": grid_uniform_px, "local_threshold_px": LOCAL_FRACTION * grid_uniform_px,
@@ -213,12 +214,13 @@ def render(summary: dict, command: str, has_cka: bool = True, has_fewshot: bool 
              f"({LOCAL_FRACTION:.0%} of it).", "",
              "## R2 — attention distance in the early blocks", "",
              "![attention distance per data size](attention_distance.png)", "",
-             "| train fraction | test accuracy | early blocks | mean distance (px) | local heads |",
-             "|---|---|---|---|---|"]
+             "| train fraction | test accuracy | early blocks | mean distance (px) | most local head (px) | local heads |",
+             "|---|---|---|---|---|---|"]
     for f in fr:
         s = f["seeds"]
         lines.append(f"| {f['fraction']:g} | {_fmt([x['eval_accuracy'] for x in s], 4)} | "
                      f"{', '.join(s[0]['early_blocks'])} | {_fmt([x['early_mean_distance_px'] for x in s], 2)} | "
+                     f"{_fmt([x.get('early_min_distance_px') for x in s], 2)} | "
                      f"{_fmt([x['local_heads_early'] for x in s], 2)} |")
     lines += ["", "## R7 — CKA of each block to the same block of the full-data model", "",
               "![CKA to the full-data model](cka_to_full.png)" if has_cka else
@@ -272,9 +274,10 @@ def write(summary: dict, out: str, command: str) -> list[str]:
                                 ylim=(0, 1.02))
         written.append(paths[1])
     few: dict = {}
+    untrained: dict = {}
     for x in summary.get("fewshot_at_init", []):
         for k, v in x.items():
-            few.setdefault(k, {}).setdefault("0 (untrained)", []).append(v)
+            untrained.setdefault(k, []).append(v)
     for f in fr:
         for x in f["seeds"]:
             for k, v in x["fewshot"].items():
@@ -282,7 +285,9 @@ def write(summary: dict, out: str, command: str) -> list[str]:
     few = {k: few[k] for k in sorted(few) if k.endswith("_10shot")} or few
     if few:  # needs runs with the few-shot evaluator (config.fewshot.every_steps)
         plots.lines_with_spread(few, paths[2], "pretraining train fraction", "few-shot test accuracy",
-                                "R6: 10-shot linear probe of the pre-logits vs pretraining data")
+                                "R6: 10-shot linear probe of the pre-logits vs pretraining data",
+                                reference={k: untrained[k] for k in few if k in untrained},
+                                reference_label="untrained (the initialization)")
         written.append(paths[2])
     storage.write_text(paths[3], render(summary, command, has_cka=bool(cka), has_fewshot=bool(few)))
     storage.write_text(paths[4], json.dumps(summary, indent=1))

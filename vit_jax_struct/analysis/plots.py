@@ -110,19 +110,23 @@ def attention_distance_panels(panels: dict, path, uniform: float | None = None, 
     plt.close(fig)
 
 
-def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, ylim=None):
-    """One line per series through the mean over seeds, with a band of ± one sample standard deviation and every
-    seed's value as a dot.
+def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, ylim=None, reference=None,
+                      reference_label: str = "reference"):
+    """One line per series through the mean over seeds, with a band of ± one sample standard deviation (where some
+    point has two or more seeds; the title says which) and every seed's value as a dot.
 
     `series`: `{label: {x label: [values over seeds]}}`; x labels keep their order (categorical axis).
+    `reference`: `{label: [values over seeds]}`, a level that is not a point of the x axis (e.g. an untrained model),
+    drawn as a dotted horizontal line at its mean in its series' colour, named `reference_label` in the legend.
 
     Raises:
       ValueError: `series` is empty.
     """
     if not series:
         raise ValueError("lines_with_spread needs at least one series")
-    fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9.5, 4), layout="constrained")
     xs_all = list(dict.fromkeys(x for pts in series.values() for x in pts))
+    reference = reference or {}
     for label, pts in series.items():
         xi = np.asarray([xs_all.index(x) for x in pts])
         vals = [np.asarray(v, float) for v in pts.values()]
@@ -132,13 +136,19 @@ def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, 
         ax.fill_between(xi, mean - std, mean + std, color=line.get_color(), alpha=0.2)
         for i, v in zip(xi, vals, strict=True):
             ax.scatter(np.full(len(v), i), v, s=8, color=line.get_color(), alpha=0.6)
+        if label in reference:
+            ref = np.asarray(reference[label], float)
+            ax.axhline(ref.mean(), color=line.get_color(), ls=":", lw=1.2,
+                       label=f"{label}: {reference_label} (n={len(ref)})")
     ax.set_xticks(range(len(xs_all)), xs_all, rotation=45 if len(xs_all) > 4 else 0, fontsize=7)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if ylim:
         ax.set_ylim(*ylim)
-    ax.legend(fontsize=7)
-    fig.suptitle(textwrap.fill(title + " — line: mean over seeds, band: ± 1 s.d.", 110), fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never over a line
+    spread = any(len(v) > 1 for pts in series.values() for v in pts.values())
+    fig.suptitle(textwrap.fill(title + (" — line: mean over seeds, band: ± 1 s.d." if spread else
+                                        " — one seed per point: no band"), 110), fontsize=9)
     storage.savefig(fig, path, dpi=110)
     plt.close(fig)
 

@@ -410,12 +410,18 @@ def _band(ax, x, per_seed, label, floor: float | None = None, **kw):
 def _finish_error_plot(fig, ax, res, ns, xlabel: str, title: str, path: str) -> str:
     """Log-log test error vs sample size with the linear classifier's error drawn, legend outside; saves to `path`."""
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     ax.axhline(100 * res["linear_ceiling"]["error"], ls="--", c="grey", label="best linear classifier")
     ax.set_xscale("log")
     ax.set_xticks(list(ns), [str(n) for n in ns])
     ax.minorticks_off()
     ax.set(yscale="log", xlabel=xlabel, ylabel="test error (%)", title=title)
+    # Plain numbers (6, not 6×10⁰), labelled at 1, 2, 3 and 5 times a power of ten only, so labels never crowd.
+    plain = matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v:g}" if v > 0 and f"{v:.0e}"[0] in "1235" else "")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     storage.savefig(fig, path, dpi=110)
@@ -516,7 +522,7 @@ def render(res: dict, command: str) -> str:
              f"{res['seeds']} seeds per setting (fixed in advance), {res['seconds']} s on this CPU. Setting: D = {k['D']} "
              f"positions (4×4 grid), sets of C = {k['C']} (2×2 blocks), d = {k['d']}, α = {k['alpha']:g}, q = "
              f"{k['q']:g}, σ = {k['sigma']:g}, cubic σ, Q ~ N(0, {k['q_init_std']:g}²) and v ~ N(0, "
-             f"{k['v_init_std']:g}²) (the paper's random initialization; both learned), GD step {k['lr']:g}, "
+             f"{k['v_init_std']:g}²) (our choice: the paper's readable text gives no initialization scale; both learned), GD step {k['lr']:g}, "
              f"{k['steps']} steps, {k['batch']} fresh examples a step (population). Every number: mean over seeds "
              "[95 % t interval].", "",
              f"**The best linear classifier's test error** (logistic regression on the 16 projections ⟨w*, X_j⟩, "

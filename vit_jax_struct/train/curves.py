@@ -14,6 +14,7 @@ import numpy as np
 
 from vit_jax_struct import storage
 
+SEQUENTIAL = ("Blues", "Oranges", "Greens", "Purples", "Reds", "Greys")  # one few-shot data set each; shade = k
 CURVE_PANELS = (("train/loss", "train loss"), ("eval/accuracy", "eval accuracy"),
                 ("fewshot/", "few-shot accuracy (ridge on pre-logits)"))
 
@@ -42,7 +43,8 @@ def training_curves(runs: dict, path, title: str) -> None:
     """Train loss, eval accuracy and few-shot accuracy vs step, one panel each, one line per run.
 
     `runs`: `{label: metrics records}` (`train/metrics.py:read_metrics`): one run gives its own curves, several
-    overlay them (a comparison's arms). Few-shot lines are styled by k (`fewshot/<name>_<k>shot`); runs without
+    overlay them (a comparison's arms). Few-shot lines of one run: colour family by data set, shade and line style by
+    k (`fewshot/<name>_<k>shot`, darker = more shots); runs without
     few-shot metrics get no few-shot panel. A loss or accuracy panel without data says so.
 
     Raises:
@@ -81,8 +83,9 @@ def training_curves(runs: dict, path, title: str) -> None:
             short = key[len("fewshot/"):]
             name, _, k = short.rpartition("_")
             i = names.index(name)
-            axes[2].plot(x, y, styles[shots.index(k) % len(styles)], ms=3,
-                         color=plt.get_cmap("tab10")(i % 10) if len(runs) == 1 else color,
+            shade = 0.45 + 0.55 * shots.index(k) / max(len(shots) - 1, 1)  # darker = more shots
+            axes[2].plot(x, y, styles[shots.index(k) % len(styles)], ms=3, lw=1.6,
+                         color=plt.get_cmap(SEQUENTIAL[i % len(SEQUENTIAL)])(shade) if len(runs) == 1 else color,
                          marker="o" if len(runs) == 1 else "osv^D<>p"[i % 8],
                          label=short if len(runs) == 1 else f"{label}: {short}")
     for ax, (key, name) in zip(axes, CURVE_PANELS[:panels]):
@@ -91,7 +94,8 @@ def training_curves(runs: dict, path, title: str) -> None:
         ax.grid(alpha=0.3)
         n = len(ax.lines)
         if n > 1:  # below the panel, in columns: never over the curves, however many series
-            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(3, n), frameon=False)
+            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(3, n), frameon=False,
+                      handlelength=3.5)
         elif not n:
             ax.text(0.5, 0.5, f"no {key.rstrip('/')} metrics", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle(textwrap.fill(title, 150), fontsize=9)
