@@ -256,7 +256,8 @@ ROWS = (
         "python main.py --config=configs/vit_b16.py:data=i21k --config.fewshot.every_steps=10000 --workdir=RUN  "
         "# vs configs/vit_b16.py (ImageNet-1k)",
         results=("docs/results/datasize/README.md",), plots=("docs/results/datasize/fewshot.png",),
-        pending=f"the data-size arms of {GRID8}, with the few-shot evaluator"),
+        pending=f"the data-size arms of {GRID8}, with the few-shot evaluator; the paper probes intermediate layers "
+                "too (its gap is already there), ours the pre-logits only"),
     Row("R7", RAGHU, "§7, Figure 12", "smaller pretraining subsets: higher layers diverge",
         "models pretrained on 3–30 % subsets have lower layers similar to the 100 % model's and higher layers "
         "that diverge (CKA of each block to the same block of the 100 % model)", "qualitative (CKA vs block)",
@@ -266,7 +267,8 @@ ROWS = (
         f"{ANALYZE} --compare=FULL_DATA_RUN",
         results=("docs/results/datasize/README.md",),  # cka_to_full.png there once a second full-data seed exists
         pending=f"the data-size arms (10 / 30 / 100 %; subsets compared with full-data models of other seeds) of "
-                f"{GRID8}"),
+                f"{GRID8}. The judged metric is the last block's CKA (the paper's 'higher layers diverge'); the "
+                "'lower layers similar' half is shown per block in the figure, not judged"),
     Row("R8", RAGHU, "§6, Figure 11", "CLS vs GAP: representation similarity",
         "GAP and CLS models differ most in the last layers (the CLS token separates from the patch tokens)",
         "qualitative (CKA)", "`model.classifier=gap` + analysis CKA `--compare`",
@@ -274,7 +276,8 @@ ROWS = (
         "python main.py --config=configs/vit_b16.py --config.model.classifier=gap --config.optim.lr=3e-4 "
         f"--workdir=RUN && {ANALYZE} --compare=CLS_RUN",
         results=("docs/results/scoreboard.md",),
-        pending=(f"{GRID8}; the paper: ViT-B/32 GAP vs CLS on JFT"))
+        pending=(f"{GRID8}; the paper: ViT-B/32 GAP vs CLS on JFT. The judged metric is the last block's CKA "
+                 "(where the paper finds the difference); earlier blocks are not judged"))
 )
 
 COMPARISONS = (

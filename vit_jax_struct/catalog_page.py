@@ -117,7 +117,7 @@ def render(verdicts_path: str = VERDICTS) -> str:
                          f"{j.max_seeds} seeds per arm." + (f" **Post hoc**: {j.history}." if j.history else ""))
         vs = by_row.get(row.id, [])
         if vs:
-            lines += ["", "| comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | status |",
+            lines += ["", "| comparison | metric; Δ = treatment − baseline | baseline | treatment | Δ [95 % CI] | status |",
                       "|---|---|---|---|---|---|"]
             for v in vs:
                 lines.append(f"| {v['comparison']} | " + " | ".join(report.verdict_cells(v)) + " |")

@@ -318,7 +318,7 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
                   f"{', '.join(map(str, ALL_BUDGETS))}), {len(dups)} run(s) whose training config equals another's "
                   "(counted once); see the `smoke` and `duplicate_of` columns below.", ""]
     if rows:
-        lines += ["| id | comparison | metric; Δ | baseline | treatment | Δ [95 % CI] | paper says (expected) | "
+        lines += ["| id | comparison | metric; Δ = treatment − baseline | baseline | treatment | Δ [95 % CI] | paper says (expected) | "
                   "status |", "|---|---|---|---|---|---|---|---|"]
     else:
         lines += ["None: these runs form no comparison of the catalog and no result file was given."]
