@@ -93,3 +93,22 @@ def test_catalog_commands_name_existing_configs_and_keys():
                     assert p in node, f"{r.id}: --set={s} is not a config key"
                     node = node[p]
     assert checked >= 20
+
+
+def test_every_run_the_scoreboard_lists_is_archived_in_the_repository():
+    """runs.csv names each run by its archived folder; the folder (config, metrics, final metrics) must be in the
+    repository, so the scoreboard regenerates from a clone (step 4 of docs/results/commands.txt, no checkpoints)."""
+    import csv
+    import subprocess
+
+    with open(os.path.join(ROOT, "docs", "results", "runs.csv"), newline="") as f:
+        runs = [r["run"] for r in csv.DictReader(f)]
+    assert runs
+    tracked = set(subprocess.run(["git", "ls-files", "docs/results/runs"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.splitlines())
+    if not tracked and not os.path.isdir(os.path.join(ROOT, ".git")):  # an exported tree without git: the files
+        tracked = {os.path.relpath(os.path.join(d, n), ROOT) for d, _, ns in os.walk(os.path.join(ROOT, "docs",
+                   "results", "runs")) for n in ns}
+    missing = [f"{run}/{name}" for run in runs for name in ("config.json", "metrics.jsonl", "final_metrics.json")
+               if f"{run}/{name}" not in tracked]
+    assert not missing, f"runs.csv lists runs whose archive is not in the repository: {missing[:5]}"
