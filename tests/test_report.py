@@ -92,9 +92,10 @@ def test_result_file_verdicts_are_judged_by_their_catalog_key(tmp_path):
     rows = report.verdicts_from_file(str(path))
     assert rows[0]["status"] == "reproduced" and rows[0]["effect"].delta == pytest.approx(0.3)
     assert rows[1]["status"] == "reproduced"  # inside the ±0.05 margin
-    assert "a control, not the paper's claim" in rows[1]["reason"]  # J10rand is a control the paper did not run
+    assert "a check the paper did not run, not its claim" in rows[1]["reason"]  # J10rand: a control of ours
     # A theory row needs 5 seeds per arm: the same interval from 3 seeds is not judged.
-    assert (rows[2]["status"], rows[2]["reason"]) == ("inconclusive", "n = 3 < 5 per arm: not judged; a control, not the paper's claim")
+    assert (rows[2]["status"], rows[2]["reason"]) == (
+        "inconclusive", "n = 3 < 5 per arm: not judged; a check the paper did not run, not its claim")
     path.write_text(json.dumps([{"key": "nope", "comparison": "z", "treatment": [1, 2]}]))
     with pytest.raises(ValueError, match="verdict key 'nope'"):
         report.verdicts_from_file(str(path))

@@ -56,14 +56,11 @@ def _short(v: dict) -> str:
     j = catalog.JUDGEMENTS[v["key"]]
     e = v["effect"]
     digits = 1 if j.unit == "points" else 3
+    status = v["status"] + (", check" if j.expected else "") + (", post hoc" if j.history else "")
     if e is None:
-        return f"**{v['status']}**: {v['comparison']} — no interval ({v['reason']})"
+        return f"**{status}**: {v['comparison']} — no interval ({v['reason']})"
     n = f"n = {e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
-    if j.expected:
-        v = {**v, "status": v["status"] + ", control"}
-    if j.history:
-        v = {**v, "status": v["status"] + ", post hoc"}
-    return (f"**{v['status']}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} "
+    return (f"**{status}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} "
             f"[{e.low:+.{digits}f}, {e.high:+.{digits}f}] ({e.method}" + (f", df {e.df:.1f}" if e.df else "")
             + f"; {n})")
 
@@ -87,7 +84,7 @@ def render(verdicts_path: str = VERDICTS) -> str:
              "equivalence margin of a no-effect claim), **contradicts** (it excludes 0 the other way, or lies "
              "wholly outside the margin), **inconclusive** (neither, or fewer than "
              f"{stats.MIN_SEEDS} seeds per arm, 5 for the theory rows), **not run**; a control or check the paper "
-             "did not run is marked *control*. Each verdict names its metric, Δ with the interval's "
+             "did not run is marked *check*. Each verdict names its metric, Δ with the interval's "
              "method and degrees of freedom, and n per arm; the directions, margins and seed counts are fixed in "
              "`vit_jax_struct/catalog.py` before the runs, except the rules marked *post hoc* (added or changed after "
              "results existed; each says what and why); the numbers come from "

@@ -151,7 +151,8 @@ def judge(key: str, effect: stats.Effect | None) -> tuple[str, str]:
     j = catalog.JUDGEMENTS[key]
     status, reason = stats.status(effect, j.expect, j.margin, min_seeds=j.min_seeds)
     if j.expected:  # a control: its expected direction is not a paper's
-        reason = reason.replace("the paper's direction", "the expected direction") + "; a control, not the paper's claim"
+        reason = (reason.replace("the paper's direction", "the expected direction")
+                  + "; a check the paper did not run, not its claim")
     return status, reason
 
 
@@ -307,7 +308,7 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
               f"0 in the paper's direction, or lies inside the equivalence margin of a no-effect claim), "
               f"**contradicts** (it excludes 0 the other way, or lies wholly outside the margin), **inconclusive** "
               f"(neither, or fewer than {stats.MIN_SEEDS} seeds per arm, 5 for the theory rows), **not run**; a "
-              f"control or check the paper did not run is marked *control*. Directions, margins and "
+              f"control or check the paper did not run says so in its status. Directions, margins and "
               f"maximum seeds are fixed in `vit_jax_struct/catalog.py` (`JUDGEMENTS`) before the runs, except rules "
               f"marked post hoc (added or changed after results existed; the catalog page says what and why); the "
               f"statistics are `vit_jax_struct/stats.py`.", ""]
