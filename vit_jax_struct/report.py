@@ -268,6 +268,13 @@ def write_curves(runs, rows, out: str) -> dict:
         path = storage.join(folder, f"{_slug(row['id'] + '_' + row['comparison'])}.png")
         plots.training_curves(arms, path, f"{row['id']}: {row['comparison']}")
         written["comparisons"].append((row["id"], row["comparison"], path))
+    # A comparison's figure from an earlier scoreboard that this one no longer draws (its label changed, e.g. when a
+    # second model made the labels name the model) would be left behind unlinked: removed.
+    ids = tuple(f"{_slug(c.id)}_" for c in catalog.COMPARISONS)
+    keep = {storage.basename(p) for _, _, p in written["comparisons"]}
+    for name in storage.listdir(folder):
+        if name.endswith(".png") and name.startswith(ids) and name not in keep:
+            storage.remove(storage.join(folder, name))
     return written
 
 
