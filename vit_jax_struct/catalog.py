@@ -45,14 +45,15 @@ SCALE_NOTE = ("The empirical verdicts come from runs on 2 CPU cores, far below t
               "statement about that setting, not about the papers' models; what the papers' scale would still need "
               "is listed per row. The theory rows (J5–J10) run the papers' one-layer model itself, 5 seeds.")
 # What was run and read before the rules below were fixed (commits 7c07f40 and 9a1bf0b, 2026-12-01): both pages say it.
-HISTORY = ("Before the rules on this page were fixed, an earlier CIFAR-10 sweep (`configs/sweeps/cifar_ablations.py`: "
-           "the same 8-px-patch ViT; 500-step arms original / permuted / GAP / skip-removed with 1–2 seeds, 4,000-step "
-           "arms 10 / 30 / 100 % of the data, GAP and positional attention with 2 seeds, thin ResNet-18 and VGG-19 at "
-           "200 steps; 27 runs, commit b5c2f18) was run and read under a looser rule (|Δ| > 2 pooled s.d., or "
-           "'within 2 points'). Set after seeing it: the ±1-point margins of J1, J2 and R5acc (its rule had been "
-           "±2), the positive control J2+, the move of J2/J3 to CIFAR-100 (the paper's data set), and the second, "
-           "8×8-grid ViT for R2/R5/R6/R7 (its 4×4-grid arms had no local early heads). None of its numbers enters "
-           "a verdict here: its runs were not kept, and every verdict comes from the sweeps listed in runs.csv.")
+HISTORY = ("Before the rules on this page were fixed, an earlier CIFAR-10 sweep (`configs/sweeps/cifar_ablations.py:seeds=2`, "
+           "the same 8-px-patch ViT; 25 runs: 9 ViT runs at 500 steps (original, permuted, GAP, positional, skip "
+           "removed), 8 thin ResNet-18 / VGG-19 runs at 500 steps, and 2 seeds of 5 arms at 4,000 steps (10 / 30 / "
+           "100 % of the data, GAP, positional attention); main at commit 9c3bac2, after smaller versions from "
+           "1d514d4 on) was run and read under a looser rule (|Δ| > 2 pooled s.d. with 1–2 seeds). Set after seeing "
+           "it: the ±1-point margins of J1, J2 and R5acc, the positive control J2+, the move of J2/J3 to CIFAR-100 "
+           "(the paper's data set), and the second, 8×8-grid ViT for R2/R5/R6/R7 (its 4×4-grid arms had no local "
+           "early heads). None of its numbers enters a verdict here: its runs were not kept, and every verdict comes "
+           "from the sweeps listed in runs.csv.")
 ACCEL = "needs an accelerator: ImageNet-scale training or analysis of published checkpoints (hours on a TPU/GPU)"
 
 
