@@ -16,7 +16,7 @@ the same way (dispatch, then `block_until_ready`), in wall-clock seconds and in 
 shared CPU the two rates see the same contention and their ratio is the meaningful figure (the per-CPU-second ratio
 is the steadier one when other processes take the cores).
 
-Printed: images/s; analytic model FLOPs (`benchmarks/common.py:vit_flops`, 3× forward, remat recompute not
+Printed: images/s; analytic model FLOPs of a ViT (`benchmarks/common.py:vit_flops`, 3× forward, remat recompute not
 counted) and XLA's own count (`cost_analysis`); achieved FLOP/s per device; the measured matmul rate; the fraction
 of the peak (`--peak`: the matmul rate on CPU, else the named chip's dense bf16 peak); per-device memory from
 `compiled.memory_analysis()`. `--out=FILE.jsonl` appends the same as one JSON line.
@@ -97,8 +97,8 @@ def main(argv):
     parts = common.build_synthetic(config, devices)
     mesh, n_dev = parts["mesh"], parts["mesh"].devices.size
     num_classes = parts["num_classes"]
-    fl = common.config_flops(config, num_classes)
-    arch = parts["model"].arch()
+    is_vit = config.model.get("name", "vit") == "vit"
+    fl = common.config_flops(config, num_classes) if is_vit else None  # CNNs: XLA's count, after compiling
     dtype_name = config.model.get("dtype", "float32")
     dtype = DTYPES[dtype_name]
     peak_name = _peak_name(devices)
@@ -117,6 +117,11 @@ def main(argv):
     compile_s = time.perf_counter() - t
     mem = common.memory_stats(compiled)
     xla_flops = common.cost_flops(compiled)
+    if fl is None:
+        if not xla_flops:
+            raise app.UsageError(f"model {config.model.name!r}: no analytic FLOP count (ViTs only) and XLA's cost "
+                                 "analysis gave none")
+        fl = {"train_flops": xla_flops * n_dev / b, "source": "XLA cost analysis of the compiled step"}
 
     holder = {"state": state}
 
@@ -125,7 +130,11 @@ def main(argv):
         return holder["state"], m  # Waiting on these waits for the whole step, optimizer update included.
 
     # Reference matmul: the MLP's first matmul of one device's share of the batch, in the compute dtype.
-    mm_shape = (max(b // n_dev, 1) * fl["tokens"], arch["width"], arch["mlp_dim"])
+    if is_vit:
+        arch = parts["model"].arch()
+        mm_shape = (max(b // n_dev, 1) * fl["tokens"], arch["width"], arch["mlp_dim"])
+    else:  # a CNN has no [tokens, width] x [width, mlp] matmul: a fixed square one of about a conv's size
+        mm_shape = (max(b // n_dev, 1) * 64, 256, 256)
     mm_flops = 2.0 * math.prod(mm_shape)
     k1, k2 = jax.random.split(jax.random.key(1))
     lhs = jax.device_put(jax.random.normal(k1, mm_shape[:2], dtype), devices[0])
@@ -179,10 +188,14 @@ def main(argv):
     print(f"dtype {dtype_name}, remat_policy {config.model.get('remat_policy', 'none')}, scan "
           f"{config.model.get('scan', False)}, accum_steps {config.get('accum_steps', 1)}, optim.mu_dtype "
           f"{config.optim.get('mu_dtype') or 'float32'}")
-    print(f"analytic FLOPs per image: forward {fl['forward_flops'] / 1e9:.2f} GFLOP ({fl['forward'] / 1e9:.2f} GMAC), "
-          f"training {fl['train_flops'] / 1e9:.2f} GFLOP; per step and device "
-          f"{b * fl['train_flops'] / n_dev / 1e9:.1f} GFLOP"
-          + (f" (XLA cost analysis: {xla_flops / 1e9:.1f} GFLOP)" if xla_flops else ""))
+    if "forward" in fl:
+        print(f"analytic FLOPs per image: forward {fl['forward_flops'] / 1e9:.2f} GFLOP ({fl['forward'] / 1e9:.2f} "
+              f"GMAC), training {fl['train_flops'] / 1e9:.2f} GFLOP; per step and device "
+              f"{b * fl['train_flops'] / n_dev / 1e9:.1f} GFLOP"
+              + (f" (XLA cost analysis: {xla_flops / 1e9:.1f} GFLOP)" if xla_flops else ""))
+    else:
+        print(f"FLOPs per image (XLA cost analysis; no analytic count for {config.model.name}): training "
+              f"{fl['train_flops'] / 1e9:.3f} GFLOP; per step and device {xla_flops / 1e9:.1f} GFLOP")
     print(f"compile {compile_s:.1f} s; memory per device (compiled.memory_analysis): "
           + (", ".join(f"{k} {common.format_bytes(v)}" for k, v in mem.items()) if mem else "not available"))
     print(f"{'round':>5} {'steps':>5} {'s/step':>8} {'img/s':>9} {'model TFLOP/s':>14}"

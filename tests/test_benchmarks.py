@@ -118,3 +118,18 @@ def test_input_pipeline_benchmark_runs_on_a_tiny_folder(tmp_path):
     assert ips > 0 and dtype == "uint8"
     ips, dtype = input_pipeline.bench_ours(root, "train", 8, 1, draft=True, batch=8, decoder="simplejpeg")
     assert ips > 0 and dtype == "uint8"
+
+
+def test_train_step_script_times_a_cnn_with_xlas_flop_count(tmp_path):
+    """A CNN has no analytic FLOP count: the script takes XLA's cost analysis of the compiled step instead."""
+    out = tmp_path / "t.jsonl"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    cmd = [sys.executable, "benchmarks/train_step.py", "--config=configs/cifar10_vit.py:model=resnet18", "--batch=4",
+           "--steps=1", "--warmup=0", f"--out={out}", "--config.model.width=4"]
+    res = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "FLOPs per image (XLA cost analysis; no analytic count for resnet)" in res.stdout
+    rec = json.loads(out.read_text().splitlines()[-1])
+    # The per-image count is XLA's per-step count over the batch (one device), not an analytic ViT count.
+    assert rec["analytic"]["train_flops"] == rec["xla_flops_per_step"] / 4 and "forward" not in rec["analytic"]
+    assert rec["matmul_shape"] == [256, 256, 256] and rec["images_per_s"] > 0

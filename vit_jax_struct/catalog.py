@@ -146,8 +146,8 @@ ROWS = (
         "--config.data.permute_patches=True --config.data.permutation_patch_size=8 --workdir=runs/c100_vgg_perm",
         comparisons=("J3",), results=("docs/results/scoreboard.md",),
         pending="the CNN arms of `configs/sweeps/cifar100_permuted.py` (thin ResNet-18 and VGG-19 on CIFAR-100, 3 seeds; "
-                "> 2 s a step on this CPU, ≈ 35 min a run, 12 runs ≈ 7 hours: queued after the grid-8 sweep, or on "
-                "an accelerator), and the paper's curve over block sizes 2 … 32"),
+                "2–3 s a step on this CPU (`benchmarks/train_step.py`), ≈ 30–45 min a run, 12 runs ≈ 7 hours: queued "
+                "after the grid-8 sweep, or on an accelerator), and the paper's curve over block sizes 2 … 32"),
     Row("J4", JELASSI, "§6", "posemb similarities after the inverse permutation",
         "the positional-encoding similarity maps of a ViT trained on permuted patches look unstructured, and "
         "become spatially local once re-indexed by the inverse permutation", "qualitative (similarity maps)",

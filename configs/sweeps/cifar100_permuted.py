@@ -19,7 +19,10 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
 - `vit_positional` (J1: positional attention in every block, as Jelassi et al. §6), `vit_gap` (R5/R8: GAP classifier), `vit_skip3` (R3/R4:
   both residuals of block 3 of 6 removed): further catalog rows against the same `vit_original` baseline;
 - `cnn_{resnet18,vgg19}_{original,permuted8}`: J3's CNNs (16 channels in the first stage, `cnn_steps`), 8-px blocks.
-  XLA's CPU convolutions are slow (a thin ResNet-18 takes > 2 s a step here): run them where an accelerator is.
+  XLA's CPU convolutions are slow: `python benchmarks/train_step.py --config=configs/cifar10_vit.py:model=resnet18
+  --config.model.width=16 --steps=3` gives 2.7 s a step for ResNet-18 and 1.9 s for VGG-19 (batch 128, 2 cores shared
+  with a training run; about 30 % of the matmul rate measured beside it; benchmarks/results/train_step.jsonl), so
+  ≈ 30–45 min a run here: run them where an accelerator is, or after the ViT sweeps.
 
 Seed-major order: every completed seed adds one run to each arm.
 Arguments: `steps=N`, `cnn_steps=N`, `cnn_width=N`, `seeds=N`, `root=PATH` (default /tmp/data/cifar100).
