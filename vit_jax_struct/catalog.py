@@ -266,7 +266,7 @@ ROWS = (
         f"{SWEEP8} --only=full --only=frac && {VERDICTS8}",
         "python main.py --config=configs/vit_b16.py:data=i21k --config.data.train_fraction=0.03 --workdir=RUN && "
         f"{ANALYZE} --compare=FULL_DATA_RUN",
-        results=("docs/results/datasize/README.md",),  # cka_to_full.png there once a second full-data seed exists
+        results=("docs/results/datasize/README.md",), plots=("docs/results/datasize/cka_to_full.png",),
         pending=f"the data-size arms (10 / 30 / 100 %; subsets compared with full-data models of other seeds) of "
                 f"{GRID8}. The judged metric is the last block's CKA (the paper's 'higher layers diverge'); the "
                 "'lower layers similar' half is shown per block in the figure, not judged"),
