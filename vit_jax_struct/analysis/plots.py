@@ -132,7 +132,9 @@ def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, 
         vals = [np.asarray(v, float) for v in pts.values()]
         mean = np.asarray([v.mean() for v in vals])
         std = np.asarray([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals])
-        (line,) = ax.plot(xi, mean, marker="o", ms=4, label=f"{label} (n={max(len(v) for v in vals)})")
+        ns = sorted({len(v) for v in vals})  # seeds per point: one number, or the range where points differ
+        (line,) = ax.plot(xi, mean, marker="o", ms=4,
+                          label=f"{label} (n={ns[0]}" + (f"–{ns[-1]} per point)" if len(ns) > 1 else ")"))
         ax.fill_between(xi, mean - std, mean + std, color=line.get_color(), alpha=0.2)
         for i, v in zip(xi, vals, strict=True):
             ax.scatter(np.full(len(v), i), v, s=8, color=line.get_color(), alpha=0.6)
