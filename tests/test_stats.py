@@ -32,6 +32,20 @@ def test_welch_needs_two_values_per_arm_and_handles_zero_variance():
     assert stats.welch([1.0], [1.0, 2.0]) is None
     e = stats.welch([2.0, 2.0], [1.0, 1.0])
     assert (e.delta, e.low, e.high, e.df) == (1.0, 1.0, 1.0, None)
+    assert e.method == "Welch t" + stats.NO_SPREAD and "df" not in e.interval()
+    assert stats.status(e, "positive", min_seeds=2) == ("inconclusive", "no spread in either arm: a point, not an "
+                                                        "interval; not judged")
+
+
+def test_a_measure_equal_in_every_run_of_both_arms_is_never_judged():
+    # e.g. the fraction of local early heads when no run has one: Δ = 0 with no spread says nothing either way.
+    for make in (lambda: stats.welch([0.0] * 3, [0.0] * 3), lambda: stats.paired([0.5] * 3, [0.5] * 3),
+                 lambda: stats.one_sample([0.25] * 5, null=0.25)):
+        e = make()
+        assert (e.delta, e.low, e.high) == (0.0, 0.0, 0.0) and e.method.endswith(stats.NO_SPREAD)
+        for expect in ("positive", "negative"):
+            st, reason = stats.status(e, expect)
+            assert st == "inconclusive" and "does not separate" in reason
 
 
 def test_one_sample_interval_matches_scipy():
@@ -100,3 +114,16 @@ def test_smoke_runs_are_those_off_the_declared_budgets():
     assert stats.is_smoke(20, (500, 1000, 4000))
     assert not stats.is_smoke(1000, (500, 1000, 4000))
     assert not stats.is_smoke(20, ())
+
+
+def test_half_width_and_seeds_for_a_no_effect_margin_match_welch():
+    # Two arms with the same s.d. and n: the Welch interval of Δ = 0 has exactly this half-width (df = 2n − 2).
+    a, b = np.array([-0.5, 0.0, 0.5]), np.array([0.5, 0.0, -0.5])
+    e = stats.welch(a, b)
+    assert e.df == pytest.approx(4.0) and e.high == pytest.approx(stats.half_width(0.5, 3))
+    assert stats.half_width(0.5, 3) == pytest.approx(scipy.stats.t.ppf(0.975, 4) * 0.5 * math.sqrt(2 / 3))
+    n = stats.seeds_for_margin(0.5, 1.0)
+    assert stats.half_width(0.5, n) < 1.0 <= stats.half_width(0.5, n - 1)
+    assert stats.seeds_for_margin(10.0, 0.1) is None
+    with pytest.raises(ValueError, match="n >= 2"):
+        stats.half_width(0.5, 1)

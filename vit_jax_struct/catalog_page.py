@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -32,19 +33,45 @@ def load_verdicts(path: str = VERDICTS) -> list[dict]:
     return rows
 
 
-def cifar100_top1(runs_csv: str = os.path.join(REPO, "docs", "results", "runs.csv")) -> str:
-    """Top-1 of the CIFAR-100 sweep's unpermuted CLS ViT arm (`vit_original`), mean over its judged runs in
-    `runs.csv`, as "15.9 % (n=3)" (for the scale note); "not run" without such runs."""
+def baseline_top1(dataset: str, model: str,
+                  runs_csv: str = os.path.join(REPO, "docs", "results", "runs.csv")) -> str:
+    """Top-1 of a sweep's baseline arm (standard attention, CLS, intact, unpermuted, all the training data) for
+    `dataset` and `model` (runs.csv's columns, e.g. "cifar100", "ViT-Ti/8/w128d6"), mean over its judged runs
+    (not smoke, not a duplicate), as "15.9 % (n=3)" for the scale note; "not run" without such runs."""
     import csv
 
     if not os.path.exists(runs_csv):
         return "not run"
     with open(runs_csv, newline="") as f:
         acc = [float(r["eval/accuracy"]) for r in csv.DictReader(f)
-               if r["dataset"] == "cifar100" and r["model"].startswith("ViT") and r["attention"] == "standard"
+               if r["dataset"] == dataset and r["model"] == model and r["attention"] == "standard"
                and r["classifier"] == "token" and r["skip_ablation"] == "-" and r["permutation"] == "none"
-               and r["smoke"] == "False" and not r["duplicate_of"] and r["eval/accuracy"]]
+               and float(r["train_fraction"]) == 1.0 and r["smoke"] == "False" and not r["duplicate_of"]
+               and r["eval/accuracy"]]
     return f"{100 * sum(acc) / len(acc):.1f} % (n={len(acc)})" if acc else "not run"
+
+
+def margin_power(verdicts: list[dict]) -> str:
+    """A sentence per no-effect verdict measured in points with a spread in both arms: the seed s.d., the interval's
+    half-width at the n run, and the seeds per arm a Δ of 0 would need for the interval to fit its margin
+    (`stats.seeds_for_margin`); "" when there is none."""
+    parts = []
+    for v in verdicts:
+        j, e = catalog.JUDGEMENTS[v["key"]], v["effect"]
+        if j.expect != "none" or j.unit != "points" or e is None or e.sd_treatment is None or e.sd_baseline is None:
+            continue
+        sd = math.sqrt((e.sd_treatment ** 2 + e.sd_baseline ** 2) / 2)
+        n = min(e.n_treatment, e.n_baseline)
+        need = stats.seeds_for_margin(sd, j.margin)
+        parts.append(f"{v['key']} ({v.get('models', '?')}, {v['comparison'].rsplit(', ', 2)[-2]}): seed s.d. {sd:.2f} points, half-width "
+                     f"{stats.half_width(sd, n):.2f} at n = {n} per arm, ±{j.margin:g} reachable from n = "
+                     f"{need if need else '> 50'}")
+    if not parts:
+        return ""
+    return ("**Power of the no-effect margins.** If Δ were exactly 0, a Welch interval with equal s.d. s and n "
+            "seeds per arm has half-width t(0.975, 2n − 2)·s·√(2/n); it fits inside the margin only when that is "
+            "below it: " + "; ".join(parts) + ". Where n is below that, *inconclusive* is the expected status even "
+            "for arms that do not differ.")
 
 
 def _rel(path: str) -> str:
@@ -56,7 +83,8 @@ def _short(v: dict) -> str:
     j = catalog.JUDGEMENTS[v["key"]]
     e = v["effect"]
     digits = 1 if j.unit == "points" else 3
-    status = v["status"] + (", check" if j.expected else "") + (", post hoc" if j.history else "")
+    status = (v["status"] + (", check" if j.expected else "") + (", post hoc" if j.history else "")
+              + (", see caveat" if j.caveat else ""))
     if e is None:
         return f"**{status}**: {v['comparison']} — no interval ({v['reason']})"
     n = f"n = {e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
@@ -69,6 +97,9 @@ def render(verdicts_path: str = VERDICTS) -> str:
     """The markdown of `docs/experiments.md`: a summary table (status, metric, Δ, CI, n per verdict) and one section
     per row with its verdict table, commands and links to existing result pages and plots."""
     verdicts = load_verdicts(verdicts_path)
+    scale = catalog.SCALE_NOTE.format(cifar100_top1=baseline_top1("cifar100", "ViT-Ti/8/w128d6"),
+                                      grid8_top1=baseline_top1("cifar10", "ViT-Ti/4/w64d6"))
+    power = margin_power(verdicts)
     by_row: dict[str, list[dict]] = {}
     for v in verdicts:
         by_row.setdefault(v["row"], []).append(v)
@@ -78,7 +109,7 @@ def render(verdicts_path: str = VERDICTS) -> str:
              f"Rows J1–J10: {catalog.JELASSI}, *Vision Transformers provably learn spatial structure*. Rows R1–R8: "
              f"{catalog.RAGHU}, *Do Vision Transformers See Like Convolutional Neural Networks?*. Small-scale "
              "commands run on a CPU; full-scale commands are the papers' setting and need an accelerator.", "",
-             f"**Scale.** {catalog.SCALE_NOTE.format(cifar100_top1=cifar100_top1())}", "",
+             f"**Scale.** {scale}", "",
              f"**What came before.** {catalog.HISTORY}", "",
              "Status: **reproduced** (the 95 % interval of Δ excludes 0 in the paper's direction, or lies inside the "
              "equivalence margin of a no-effect claim), **contradicts** (it excludes 0 the other way, or lies "
@@ -89,7 +120,9 @@ def render(verdicts_path: str = VERDICTS) -> str:
              "`vit_jax_struct/catalog.py` before the runs, except the rules marked *post hoc* (added or changed after "
              "results existed; each says what and why); the numbers come from "
              "[results/scoreboard.md](results/scoreboard.md) (every run listed in "
-             "[results/runs.csv](results/runs.csv), commands in [results/commands.txt](results/commands.txt)).", "",
+             "[results/runs.csv](results/runs.csv), commands in [results/commands.txt](results/commands.txt)); "
+             "the theory rows' from [results/theory/README.md](results/theory/README.md).", "",
+             *([power, ""] if power else []),
              "| id | experiment | paper says | metric (judged on) | ours (status: comparison, Δ [95 % CI] (method; "
              "n per arm)) |", "|---|---|---|---|---|"]
     for row in catalog.ROWS:
@@ -110,8 +143,10 @@ def render(verdicts_path: str = VERDICTS) -> str:
             rule = (f"no effect: the interval inside ±{j.margin:g} {j.unit}" if j.expect == "none" else
                     f"Δ {'> 0' if j.expect == 'positive' else '< 0'}")
             whose = f"expected ({j.expected})" if j.expected else "the paper's finding"
-            lines.append(f"- Judged (`{k}`): {j.metric}; Δ = {j.delta}; {whose}: {rule}; at most "
-                         f"{j.max_seeds} seeds per arm." + (f" **Post hoc**: {j.history}." if j.history else ""))
+            lines.append(f"- Judged (`{k}`): {j.metric}; Δ = {j.delta}; {whose}: {rule}; {j.max_seeds} seeds per "
+                         f"arm, fixed in advance (fewer than {j.min_seeds}: not judged)."
+                         + (f" **Post hoc**: {j.history}." if j.history else "")
+                         + (f" **Caveat**: {j.caveat}." if j.caveat else ""))
         vs = by_row.get(row.id, [])
         if vs:
             lines += ["", "| comparison | metric; Δ = treatment − baseline | baseline | treatment | Δ [95 % CI] | status |",

@@ -238,8 +238,9 @@ def verdict_cells(v: dict) -> tuple[str, str, str, str, str]:
     base = _arm(v["baseline"], j.unit) if v["baseline"] else (
         v.get("baseline_label") or (f"null {e.mean_baseline:.{digits}f}" if e is not None else "—"))
     posthoc = "; rule set post hoc (see the catalog)" if j.history else ""
+    caveat = f"; caveat: {j.caveat}" if j.caveat else ""
     return (f"{j.metric}; Δ = {j.delta} ({j.unit})", base, _arm(v["treatment"], j.unit), delta,
-            f"**{v['status']}** ({v['reason']}{posthoc})")
+            f"**{v['status']}** ({v['reason']}{posthoc}{caveat})")
 
 
 def _slug(text: str) -> str:
@@ -330,16 +331,19 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
                   "status |", "|---|---|---|---|---|---|---|---|"]
     else:
         lines += ["None: these runs form no comparison of the catalog and no result file was given."]
+    order = {row.id: i for i, row in enumerate(catalog.ROWS)}
+    table = []  # (catalog position, line): the verdicts grouped by row, in the catalog's order
     for r in rows:
         metric, base, treat, delta, status = verdict_cells(r)
-        lines.append(f"| {r['id']} | {r['comparison']} | {metric} | {base} | {treat} | {delta} | "
-                     f"{catalog.expected(r['key'])} | {status} |")
+        table.append((order.get(r["row"], len(order)), f"| {r['id']} | {r['comparison']} | {metric} | {base} | "
+                      f"{treat} | {delta} | {catalog.expected(r['key'])} | {status} |"))
     judged = {r["row"] for r in rows}
     for row in catalog.ROWS if rows else ():  # the catalog rows nothing here answers: not run, and what would run them
         if row.id not in judged:
             metric = "<br>".join(dict.fromkeys(j.metric for j in catalog.JUDGEMENTS.values() if j.row == row.id))
-            lines.append(f"| {row.id} | {row.title} | {metric or '—'} | — | — | — | {catalog.paper_says([row.id])} | "
-                         f"**not run** ({row.pending or 'no runs'}) |")
+            table.append((order[row.id], f"| {row.id} | {row.title} | {metric or '—'} | — | — | — | "
+                          f"{catalog.paper_says([row.id])} | **not run** ({row.pending or 'no runs'}) |"))
+    lines += [line for _, line in sorted(table, key=lambda t: t[0])]
     if curves and curves.get("comparisons"):
         lines += ["", "## Training curves", "", "Train loss, eval accuracy and few-shot accuracy vs step, the arms of "
                   "each comparison overlaid (one file per run beside them in `curves/`):", ""]

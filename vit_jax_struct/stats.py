@@ -12,7 +12,8 @@ measure is not one number per seed (`Effect.method` says which). The status of a
   equivalence margin stated in the catalog (±`margin`);
 - `contradicts`: the interval excludes 0 in the other direction; for a "no effect" claim, it lies wholly outside the
   margin (the effect is larger than the margin for certain);
-- `inconclusive`: neither, or fewer seeds per arm than `MIN_SEEDS` (the reason is given);
+- `inconclusive`: neither, or fewer seeds per arm than `MIN_SEEDS`, or no spread at all (every value in each arm
+  equal: a point, not an interval) (the reason is given);
 - `not run`: no runs.
 
 Runs whose effective configs are equal are one run, never two seeds (`dedupe_runs`), and a run shorter than its
@@ -32,6 +33,8 @@ import scipy.stats
 CONFIDENCE = 0.95
 MIN_SEEDS = 3  # seeds per arm below which an empirical row is not judged (its status says so)
 STATUSES = ("reproduced", "contradicts", "inconclusive", "not run")
+# Appended to an Effect's method when every value in each arm is equal: the "interval" is the point Δ, no spread.
+NO_SPREAD = ", no spread: every value in each arm equal"
 EXPECTATIONS = ("positive", "negative", "none")  # the paper's claim: the treatment raises / lowers / leaves it
 
 # Config keys that change how a run is measured or stored, not what is trained: two runs equal but for these are
@@ -95,8 +98,8 @@ def welch(treatment, baseline, confidence: float = CONFIDENCE) -> Effect | None:
     else:
         ci = res.confidence_interval(confidence_level=confidence)
         low, high, df = float(ci.low), float(ci.high), float(res.df)
-    return Effect(delta, low, high, df, "Welch t", len(t), len(b), float(t.mean()), float(b.mean()), sample_sd(t),
-                  sample_sd(b))
+    return Effect(delta, low, high, df, "Welch t" + (NO_SPREAD if df is None else ""), len(t), len(b),
+                  float(t.mean()), float(b.mean()), sample_sd(t), sample_sd(b))
 
 
 def one_sample(values, null: float = 0.0, confidence: float = CONFIDENCE, n_baseline: int = 0,
@@ -114,8 +117,8 @@ def one_sample(values, null: float = 0.0, confidence: float = CONFIDENCE, n_base
     else:
         ci = res.confidence_interval(confidence_level=confidence)
         low, high, df = float(ci.low) - null, float(ci.high) - null, float(res.df)
-    return Effect(delta, low, high, df, "one-sample t", len(v), n_baseline, float(v.mean()),
-                  null if baseline_mean is None else baseline_mean, sample_sd(v), None)
+    return Effect(delta, low, high, df, "one-sample t" + (NO_SPREAD if df is None else ""), len(v), n_baseline,
+                  float(v.mean()), null if baseline_mean is None else baseline_mean, sample_sd(v), None)
 
 
 def paired(treatment, baseline, confidence: float = CONFIDENCE) -> Effect | None:
@@ -139,8 +142,8 @@ def paired(treatment, baseline, confidence: float = CONFIDENCE) -> Effect | None
     else:
         ci = scipy.stats.ttest_rel(t, b).confidence_interval(confidence_level=confidence)
         low, high, df = float(ci.low), float(ci.high), float(len(d) - 1)
-    return Effect(delta, low, high, df, "paired t", len(t), len(b), float(t.mean()), float(b.mean()), sample_sd(t),
-                  sample_sd(b))
+    return Effect(delta, low, high, df, "paired t" + (NO_SPREAD if df is None else ""), len(t), len(b),
+                  float(t.mean()), float(b.mean()), sample_sd(t), sample_sd(b))
 
 
 def bootstrap(treatment, baseline, n_resamples: int = 9999, seed: int = 0,
@@ -159,7 +162,8 @@ def bootstrap(treatment, baseline, n_resamples: int = 9999, seed: int = 0,
                                     n_resamples=n_resamples, confidence_level=confidence, method="percentile",
                                     rng=np.random.default_rng(seed), vectorized=True)
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return Effect(delta, low, high, None, f"bootstrap ({n_resamples} resamples)", len(t), len(b),
+    how = f"bootstrap ({n_resamples} resamples)" if low != high or np.std(t) or np.std(b) else "bootstrap" + NO_SPREAD
+    return Effect(delta, low, high, None, how, len(t), len(b),
                   float(t.mean()), float(b.mean()), sample_sd(t), sample_sd(b))
 
 
@@ -187,6 +191,11 @@ def status(effect: Effect | None, expect: str, margin: float | None = None,
     if n < min_seeds:
         return "inconclusive", f"n = {n} < {min_seeds} per arm: not judged"
     lo, hi = effect.low, effect.high
+    if effect.method.endswith(NO_SPREAD):  # a point, not an interval: nothing to judge it by
+        if effect.delta == 0:
+            return "inconclusive", ("Δ = 0 exactly: every run of both arms has the same value, so the measure does "
+                                    "not separate the arms")
+        return "inconclusive", "no spread in either arm: a point, not an interval; not judged"
     if expect == "none":
         if -margin <= lo and hi <= margin:
             return "reproduced", f"95 % interval inside the margin ±{margin:g}"
@@ -244,6 +253,24 @@ def is_smoke(steps_run: int, declared_budgets) -> bool:
     (`declared_budgets`, from the catalog). An empty declaration declares nothing: every run is judged."""
     budgets = tuple(declared_budgets or ())
     return bool(budgets) and int(steps_run) not in budgets
+
+
+def half_width(sd: float, n: int, confidence: float = CONFIDENCE) -> float:
+    """Half-width of the Welch interval of two arms of `n` values each with the same s.d. `sd` (then df = 2n − 2):
+    t(1 − α/2, 2n − 2)·sd·√(2/n), in the unit of `sd`. Source: Welch–Satterthwaite with equal variances and sizes."""
+    if n < 2:
+        raise ValueError(f"half_width needs n >= 2 values per arm, got {n}")
+    return float(scipy.stats.t.ppf(0.5 + confidence / 2, 2 * n - 2) * sd * math.sqrt(2.0 / n))
+
+
+def seeds_for_margin(sd: float, margin: float, max_n: int = 50, confidence: float = CONFIDENCE) -> int | None:
+    """The smallest number of seeds per arm at which a Δ of exactly 0 would give an interval inside ±`margin`
+    (`half_width(sd, n) < margin`), or None if more than `max_n` would be needed. A power statement for a
+    "no effect" claim; it assumes equal s.d. `sd` in both arms."""
+    for n in range(2, max_n + 1):
+        if half_width(sd, n, confidence) < margin:
+            return n
+    return None
 
 
 def fmt(x: float | None, digits: int = 2) -> str:

@@ -39,7 +39,8 @@ def test_data_size_study_finds_runs_pairs_references_and_counts_local_heads(tmp_
     far = [[16.0] * 4] * 6
     # Two of the 8 heads of blocks 0–1 (the first third of 6 blocks) lie below 0.75 × 16 = 12 px.
     near = [[4.0, 16.0, 16.0, 16.0], [11.9, 12.0, 16.0, 16.0]] + [[16.0] * 4] * 4
-    full0 = _run(root, "full0", 0.0, 0, near, [0.99, 0.98, 0.97, 0.9, 0.8, 0.7, 0.6], other="ROOT/full1")
+    full0 = _run(root, "full0", 0.0, 0, near, [0.99, 0.98, 0.97, 0.9, 0.8, 0.7, 0.6],
+                 other=os.path.join(root, "full1"))
     full1 = _run(root, "full1", 0.0, 1, near, [0.99] * 7, other=full0)
     _run(root, "sub0", 0.1, 0, far, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4], other=full1)
     _run(root, "gap", 0.0, 0, near, classifier="gap")          # another knob: not a data-size run
@@ -60,7 +61,7 @@ def test_data_size_study_finds_runs_pairs_references_and_counts_local_heads(tmp_
     assert full["seeds"][0]["local_heads_early"] == pytest.approx(2 / 8)
     assert full["seeds"][0]["early_mean_distance_px"] == pytest.approx(np.mean(near[0] + near[1]))
     assert sub["seeds"][0]["cka_to_reference"]["block05"] == pytest.approx(0.4)
-    # The pair of full-data seeds is counted once (from the lower seed), not once per direction.
+    # The pair of full-data seeds is counted once (the first seed that names it), not once per direction.
     assert full["seeds"][0]["cka_to_reference"]["block03"] == pytest.approx(0.8)
     assert full["seeds"][1]["cka_to_reference"] is None
     text = datasize.render(s, "python -m vit_jax_struct.analysis.datasize …")
@@ -68,7 +69,8 @@ def test_data_size_study_finds_runs_pairs_references_and_counts_local_heads(tmp_
     assert "| 0.1 | 0.5100 (n=1) | block00, block01 | 16.00 (n=1) | 16.00 (n=1) | 0.00 (n=1) |" in text
     assert ("| 1 | 0.5000 ± 0.0000 (n=2) | block00, block01 | 13.49 ± 0.00 (n=2) | 4.00 ± 0.00 (n=2) | "
             "0.25 ± 0.00 (n=2) |") in text
-    assert "| 1 | 0.605 ± 0.007 |" in text  # digits 10-shot: 0.60 and 0.61 over the two full-data seeds
+    assert "| 1 | 2 | 0.605 ± 0.007 |" in text  # digits 10-shot: 0.60 and 0.61 over the two full-data seeds, n = 2
+    assert "| 1 (another seed's full-data model) | 1 | 0.990 |" in text  # one distinct pair of full-data seeds
     out = str(tmp_path / "out")
     paths = datasize.write(s, out, "cmd")
     assert all(os.path.getsize(p) > 0 for p in paths)

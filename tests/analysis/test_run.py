@@ -51,6 +51,15 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
     assert "probes" not in quick and not os.path.exists(os.path.join(out, "probes.png"))
     np.testing.assert_array_equal(quick["cka"]["matrix"], saved["cka"]["matrix"])
     assert quick["attention_distance_pixels"] == saved["attention_distance_pixels"]
+    # R1's cross-model CKA alone: the same matrix as analyze's, written beside analysis.json, never into it.
+    cross = run.cross_cka(vit_dir, cnn_dir, num_examples=96, batch=32)
+    np.testing.assert_allclose(cross["matrix"], across, rtol=1e-6, atol=1e-9)
+    assert (cross["layers"], cross["other_layers"]) == (saved["cka_across"]["layers"], saved["cka_across"]["other_layers"])
+    assert os.path.getsize(os.path.join(out, "cross_cka", "cnn.png")) > 0
+    with open(os.path.join(out, "cross_cka", "cnn.json")) as f:
+        assert json.load(f)["other"] == cnn_dir
+    with open(os.path.join(out, "analysis.json")) as f:
+        assert json.load(f)["cka_across"]["matrix"] == quick["cka_across"]["matrix"]
 
 
 def test_analyze_published_vit_file_against_bit_file_without_training(tmp_path):

@@ -60,3 +60,29 @@ def test_r7_r8_pairs_share_the_reference_of_their_seed_and_refuse_a_mismatch():
     results["gap2"] = _cka_result(0.50, "full1")  # analysed against another reference than full2 was
     with pytest.raises(ValueError, match="different references"):
         verdicts._paired_cka(arm, base, results)
+
+
+def test_r7_r8_with_two_full_data_seeds_use_their_one_baseline_pair_once():
+    # 0 → 1 and 1 → 0 are the same pair of full-data models (CKA is symmetric): one baseline value, not two seeds.
+    base = {0: "full0", 1: "full1"}
+    arm = {0: "sub0", 1: "sub1"}
+    results = {"full0": _cka_result(0.74, "full1"), "full1": _cka_result(0.74, "full0"),
+               "sub0": _cka_result(0.66, "full1"), "sub1": _cka_result(0.65, "full0")}
+    assert verdicts._paired_cka(arm, base, results) == ([0.66], [0.74])
+
+
+def test_r1_pattern_is_vit_block0_with_resnet_middle_minus_early_units_per_seed_pair():
+    layers = ["stem", "block00", "block01"]
+    others = ["stem"] + [f"block{i:02d}" for i in range(8)]  # ResNet-18: 4 stages of 2 units
+    m = np.zeros((3, 9))
+    m[1] = [0.2, 0.3, 0.4, 0.7, 0.8, 0.6, 0.5, 0.1, 0.1]  # ViT block00: early = stem, block00-01; middle = block02-05
+    assert verdicts.r1_pattern(m, layers, others) == pytest.approx(np.mean([0.7, 0.8, 0.6, 0.5]) - 0.3)
+    with pytest.raises(ValueError, match="block00"):
+        verdicts.r1_pattern(m[:, :4], layers, others[:4])
+    cross = {s: {"matrix": (m + s / 10).tolist(), "layers": layers, "other_layers": others, "workdir": f"vit{s}",
+                 "other": f"resnet{s}"} for s in (0, 1, 2)}
+    (row,) = verdicts.r1_inputs(cross, " (cifar100)")
+    assert row["key"] == "R1" and row["method"] == "one-sample" and row["null"] == 0.0
+    assert row["treatment"] == pytest.approx([0.35] * 3)  # adding a constant to every cell leaves the contrast
+    assert row["runs"] == ["vit0", "resnet0", "vit1", "resnet1", "vit2", "resnet2"]
+    assert verdicts.r1_inputs({}) == []

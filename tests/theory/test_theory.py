@@ -150,3 +150,23 @@ def test_rows_with_patch_association_counts_rows_whose_top_c_entries_are_their_s
     swapped[3] = [0.3, 0.1, 0.2, 0.4]  # row 3's top two are {3, 0}, not its set {2, 3}
     assert study.rows_with_patch_association(swapped, ids) == 2
     assert study.rows_with_patch_association(np.full((4, 4), 0.25), ids) == 2  # ties by index: rows 0, 1 pass
+
+
+def test_set_block_mass_counts_attention_to_one_set_whichever_it_is_against_a_permutation_null():
+    import numpy as np
+
+    from vit_jax_struct.theory import study
+
+    ids = np.repeat(np.arange(4), 4)  # 4 sets of 4 positions
+    # Every query of set s attends uniformly to the positions of set (s + 1) mod 4: no own-set mass at all, yet
+    # perfectly aligned with the partition.
+    shifted = np.where(ids[None, :] == (ids[:, None] + 1) % 4, 0.25, 0.0)
+    assert float(study.own_set_mass(shifted, ids)) == 0.0
+    assert study.set_block_mass(shifted, ids) == 1.0
+    uniform = np.full((16, 16), 1 / 16)
+    assert study.set_block_mass(uniform, ids) == 0.25  # C/D
+    assert study.set_block_null(uniform, ids, draws=50) == 0.25  # any partition reads uniform attention alike
+    null = study.set_block_null(shifted, ids, draws=200)
+    assert 0.25 < null < 1.0  # random partitions catch part of the block structure, never all of it
+    assert null == study.set_block_null(shifted, ids, draws=200)  # deterministic (fixed generator seed)
+    assert study.set_block_excess([shifted, uniform], ids) == [1.0 - study.set_block_null(shifted, ids), 0.0]

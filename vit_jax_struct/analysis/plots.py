@@ -71,12 +71,14 @@ def attention_distance(d: dict, path, uniform: float | None = None):
     plt.close(fig)
 
 
-def attention_distance_panels(panels: dict, path, uniform: float | None = None, local: float | None = None):
+def attention_distance_panels(panels: dict, path, uniform: float | None = None, local: float | None = None,
+                              early: int = 0):
     """One panel per model group (Raghu et al. Fig. 6: a panel per pretraining dataset): x = block, y = mean
     attention distance (pixels) of every head, heads sorted per block, seeds side by side with their own marker.
 
     `panels`: `{title: [per seed {block name: [heads] distances}]}`; `uniform`: the distance of uniform attention,
-    `local`: the threshold below which a head counts as local (both drawn as horizontal lines).
+    `local`: the threshold below which a head counts as local (both drawn as horizontal lines); `early`: the number
+    of leading blocks a verdict judges (shaded; 0: none).
 
     Raises:
       ValueError: `panels` is empty.
@@ -99,6 +101,8 @@ def attention_distance_panels(panels: dict, path, uniform: float | None = None, 
             ax.axhline(uniform, color="grey", ls=":", lw=1, label="uniform attention")
         if local is not None:
             ax.axhline(local, color="tab:red", ls="--", lw=0.8, label="local-head threshold")
+        if early:
+            ax.axvspan(-0.5, early - 0.5, color="0.9", zorder=0, label=f"early blocks (the first {early}: judged)")
         blocks = list(seeds[0]) if seeds else []
         ax.set_xticks(range(len(blocks)), blocks, rotation=45, fontsize=7)
         ax.set_xlabel("encoder block")

@@ -220,6 +220,47 @@ def _same_images(parts) -> bool:
     return getattr(tr, "paths", None) is not None and getattr(tr, "paths", None) == getattr(ev, "paths", None)
 
 
+def cross_cka(workdir: str, compare: str, num_examples: int = 1024, batch: int = 256) -> dict:
+    """Linear CKA (minibatch unbiased HSIC, as Raghu et al. 2021 §3) of every layer of the run `workdir` with every
+    layer of the run `compare` (e.g. a ViT and a ResNet: R1), on the same `num_examples` evaluation images of
+    `workdir`'s data and preprocessing, in batches of `batch` (≥ 4 examples each).
+
+    Written to `workdir/analysis/cross_cka/<basename(compare)>.json` and `.png` (rows: `workdir`'s layers, columns:
+    `compare`'s), beside — never into — `analysis.json`, whose `cka_across` holds another comparison (R7/R8).
+    Returns `{"workdir", "other", "step", "other_step", "examples", "layers", "other_layers", "matrix"}` with
+    `matrix` `[len(layers), len(other_layers)]` floats in [0, 1].
+
+    Raises:
+      FileNotFoundError: either run lacks config.json or a checkpoint.
+      ValueError: no batch of ≥ 4 examples.
+    """
+    _config, parts, variables, step = load_run(workdir)
+    _o_config, o_parts, o_vars, o_step = load_run(compare)
+    mine = make_summaries(parts["model"], is_vit=False, has_cls=False, grams_only=True)
+    theirs = make_summaries(o_parts["model"], is_vit=False, has_cls=False, grams_only=True)
+    across = cka.MinibatchCKA()
+    examples, names, o_names = 0, None, None
+    for images, _labels in _batches(parts, num_examples, batch):
+        if len(images) < 4:  # HSIC₁ needs ≥ 4 examples
+            continue
+        res, names = mine(variables, images)
+        o_res, o_names = theirs(o_vars, images)
+        across.update_grams(np.asarray(res["grams"], np.float64), np.asarray(o_res["grams"], np.float64))
+        examples += len(images)
+    if not examples:
+        raise ValueError(f"no cross-CKA batch of ≥ 4 examples (num_examples={num_examples}, batch={batch})")
+    m = across.result()
+    result = {"workdir": workdir, "other": compare, "step": step, "other_step": o_step, "examples": examples,
+              "layers": list(names["layers"]), "other_layers": list(o_names["layers"]), "matrix": m.tolist()}
+    out_dir = storage.join(workdir, "analysis", "cross_cka")
+    storage.makedirs(out_dir)
+    title, other = storage.basename(workdir), storage.basename(compare)
+    storage.write_text(storage.join(out_dir, f"{other}.json"), json.dumps(result, indent=1))
+    plots.heatmap(m, result["layers"], result["other_layers"], f"CKA: {title} vs {other}",
+                  storage.join(out_dir, f"{other}.png"), ylabel=f"layer of {title}", xlabel=f"layer of {other}")
+    return result
+
+
 def analyze(workdir: str, compare: str | None = None, config=None, num_examples: int = 1024,
             batch: int = 256, probe_train_examples: int = 2000, seed: int = 0, compare_config=None,
             probes: bool = True) -> dict:

@@ -17,6 +17,11 @@ values of each judged row (`catalog.JUDGEMENTS`):
   CKA with the other patches (Raghu et al. §6) — GAP against CLS;
 - R8: the CKA of the last block of a GAP run (seed s) with the CLS run of seed s′ ≠ s, against the same for a CLS
   run of seed s (a cross-seed baseline: two CLS models differ too), paired on the reference s′ (`stats.paired`);
+- R1: the CKA of ViT block 0 with the ResNet's middle units (its second and third quarters of residual units:
+  stages 2–3 of ResNet-18) minus its CKA with the ResNet's early units (stem and first quarter: stage 1), per pair
+  (ViT seed s, ResNet seed s) of the sweep's unpermuted CLS ViT and ResNet runs (`analysis_run.cross_cka`, stored
+  in the ViT run's `analysis/cross_cka/`); Raghu et al. Fig. 1–2: ViT's lowest layers resemble the ResNet's middle
+  ones more than its lowest (one-sample t over the pairs, null 0);
 - data-size arms (`data.train_fraction` < 1, CLS, standard attention) against the full-data CLS runs:
   R2 — the mean attention distance (pixels) of the heads of the first third of the blocks, and R2local — the
   fraction of those heads whose mean distance is below 75 % of uniform attention's (`uniform_attention_distance`);
@@ -104,6 +109,68 @@ def _last_block_cka(res: dict) -> float:
     return float(np.asarray(c["matrix"])[layers.index(last), others.index(last)])
 
 
+def r1_pattern(matrix, layers, other_layers) -> float:
+    """R1's number from a ViT × ResNet CKA matrix `[len(layers), len(other_layers)]`: the mean CKA of ViT `block00`
+    with the ResNet's middle units minus its mean CKA with the early ones. The ResNet's residual units (`blockXX`,
+    in forward order) are split in quarters (ResNet-18's four stages of two units): early = `stem` and the first
+    quarter, middle = the second and third quarters.
+
+    Raises:
+      ValueError: no ViT `block00`, or fewer than 4 ResNet units.
+    """
+    m = np.asarray(matrix, float)
+    units = sorted(n for n in other_layers if n.startswith("block"))
+    if "block00" not in layers or len(units) < 4:
+        raise ValueError(f"R1 needs ViT block00 and ≥ 4 ResNet units, got {list(layers)} × {list(other_layers)}")
+    q = len(units) // 4
+    early = [other_layers.index(n) for n in ["stem", *units[:q]] if n in other_layers]
+    middle = [other_layers.index(n) for n in units[q:3 * q]]
+    row = m[list(layers).index("block00")]
+    return float(row[middle].mean() - row[early].mean())
+
+
+def find_resnets(root: str) -> dict:
+    """`{seed: workdir}` of the finished, unpermuted ResNet runs below `root` (smoke runs left out): R1's CNNs."""
+    out = {}
+    for d in storage.find_folders_with(root, "config.json", skip=("checkpoints", "analysis")):
+        if not storage.exists(storage.join(d, "final_metrics.json")):
+            continue
+        r = report.read_run(d)
+        if (r is None or r["family"] != "cnn" or not r["model"].startswith("ResNet") or r["permutation"] != "none"
+                or report.mark([r])[0]["smoke"]):
+            continue
+        out[int(r["seed"])] = d
+    return out
+
+
+def ensure_cross_cka(vits: dict, resnets: dict, num_examples: int, batch: int) -> dict:
+    """`{seed: cross_cka result}` for every seed with both a baseline ViT run and a ResNet run (ViT seed s with
+    ResNet seed s: each model in one pair only, so the pairs are independent); computed where missing."""
+    from vit_jax_struct.analysis import run as analysis_run
+
+    out = {}
+    for s in sorted(set(vits) & set(resnets)):
+        path = storage.join(vits[s], "analysis", "cross_cka", f"{storage.basename(resnets[s])}.json")
+        got = json.loads(storage.read_text(path)) if storage.exists(path) else None
+        if got is None or got.get("other") != resnets[s]:
+            print(f"[verdicts] CKA of {vits[s]} with {resnets[s]}", flush=True)
+            got = analysis_run.cross_cka(vits[s], resnets[s], num_examples=num_examples, batch=batch)
+        out[s] = got
+    return out
+
+
+def r1_inputs(cross: dict, label: str = "") -> list[dict]:
+    """R1's verdict input from `ensure_cross_cka`'s `{seed: result}` (none without a pair)."""
+    if not cross:
+        return []
+    seeds = sorted(cross)
+    vals = [r1_pattern(cross[s]["matrix"], cross[s]["layers"], cross[s]["other_layers"]) for s in seeds]
+    return [{"key": "R1", "comparison": f"ViT block 0: CKA with the ResNet's middle units (stages 2–3) − with its "
+             f"early units (stem, stage 1), ViT seed s with ResNet seed s{label}", "treatment": vals, "null": 0.0,
+             "method": "one-sample", "baseline_label": "0 (no preference)",
+             "runs": [w for s in seeds for w in (cross[s]["workdir"], cross[s]["other"])]}]
+
+
 def find_arms(root: str) -> dict:
     """`{arm: {seed: workdir}}` of the finished ViT runs below `root`; arm = (attention, classifier, skip_ablation,
     permutation). Smoke runs (step budgets the catalog does not declare) are left out."""
@@ -178,14 +245,22 @@ PAIRED_NOTE = ("paired t on seeds: the treatment model of seed s (a subset or GA
                "seed s (the full-data CLS model) are both compared with one reference, the baseline model of seed "
                "s′ = s + 1 (cyclically), so the reference's own variation cancels; each baseline model is also the "
                "reference of another seed, so the pairs are not fully independent and the interval is somewhat "
-               "optimistic")
+               "optimistic; a baseline pair of seeds {s, s′} is used once (with two seeds the cyclic references "
+               "repeat it, and that seed is dropped)")
 
 
 def _paired_cka(arm: dict, base: dict, results: dict) -> tuple[list[float], list[float]]:
     """R7/R8 pairs: per seed s present in both arms (both analysed against the same reference, the full-data CLS
     run of `cross_seed_reference(s)`), the last-block CKA of the arm's model and of the full-data model of seed s;
-    two lists in seed order."""
-    t, b = [], []
+    two lists in seed order.
+
+    A baseline value is the CKA of two full-data models, {s, s′}, which is symmetric: with only two full-data seeds
+    the cyclic references give the pair {0, 1} twice (0 → 1 and 1 → 0), one number counted as two. A pair of seeds
+    whose baseline pair was already used is therefore dropped (never pseudo-replicated); with three or more seeds the
+    cyclic pairs are all distinct.
+    """
+    t, b, used = [], [], set()
+    seed_of = {w: s for s, w in base.items()}
     for s in sorted(set(arm) & set(base)):
         rt, rb = results[arm[s]], results[base[s]]
         if "cka_across" in rt and "cka_across" in rb:
@@ -193,6 +268,10 @@ def _paired_cka(arm: dict, base: dict, results: dict) -> tuple[list[float], list
                 raise ValueError(f"{arm[s]} and {base[s]} were analysed against different references "
                                  f"({rt['cka_across']['other']} vs {rb['cka_across']['other']}); delete their "
                                  "analysis/ folders and rerun")
+            pair = frozenset((s, seed_of.get(rb["cka_across"]["other"], rb["cka_across"]["other"])))
+            if pair in used:
+                continue
+            used.add(pair)
             t.append(_last_block_cka(rt))
             b.append(_last_block_cka(rb))
     return t, b
@@ -277,6 +356,9 @@ def main(argv=None) -> int:
         return 1
     results = ensure_analyses(arms, args.analysis_examples, args.analysis_batch)
     rows = verdict_inputs(arms, results)
+    base = arms[BASE]
+    rows += r1_inputs(ensure_cross_cka(base, find_resnets(args.runs), args.analysis_examples, args.analysis_batch),
+                      f" ({sweep_label(base[min(base)])})")
     parent = str(args.out).rstrip("/").rsplit("/", 1)[0] if "/" in str(args.out) else "."
     storage.makedirs(parent)
     storage.write_text(args.out, json.dumps(rows, indent=1))
