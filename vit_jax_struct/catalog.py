@@ -157,8 +157,8 @@ ROWS = (
         comparisons=("J3",), results=("docs/results/scoreboard.md",),
         pending="the CNN arms of `configs/sweeps/cifar100_permuted.py` (thin ResNet-18 and VGG-19 on CIFAR-100, 3 seeds; "
                 "2–3 s a step on this CPU (`benchmarks/train_step.py`), ≈ 35–50 min a run with start-up and evaluation, "
-                "12 runs ≈ 8–9 hours: queued "
-                "after the grid-8 sweep, or on an accelerator), and the paper's curve over block sizes 2 … 32"),
+                "12 runs ≈ 8–9 hours: queued after the grid-8 data-size arms, ResNet-18 first, or on an accelerator), "
+                "and the paper's curve over block sizes 2 … 32"),
     Row("J4", JELASSI, "§6", "posemb similarities after the inverse permutation",
         "the positional-encoding similarity maps of a ViT trained on permuted patches look unstructured, and "
         "become spatially local once re-indexed by the inverse permutation", "qualitative (similarity maps)",

@@ -88,6 +88,8 @@ def _short(v: dict) -> str:
     if e is None:
         return f"**{status}**: {v['comparison']} — no interval ({v['reason']})"
     n = f"n = {e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
+    if e.method.endswith(stats.NO_SPREAD):
+        return f"**{status}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} ({e.method}; {n}; not judged)"
     return (f"**{status}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} "
             f"[{e.low:+.{digits}f}, {e.high:+.{digits}f}] ({e.method}" + (f", df {e.df:.1f}" if e.df else "")
             + f"; {n})")

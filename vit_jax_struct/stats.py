@@ -67,6 +67,8 @@ class Effect:
     def interval(self, digits: int = 2, scale: float = 1.0) -> str:
         """`[low, high]` (scaled), then the method and df: `[-1.23, 0.45], Welch t, df 3.3`."""
         how = self.method + (f", df {self.df:.1f}" if self.df is not None else "")
+        if self.method.endswith(NO_SPREAD):  # a point: no interval to print
+            return f"(no interval; {how.split(', ', 1)[1]})"
         return f"[{scale * self.low:+.{digits}f}, {scale * self.high:+.{digits}f}], {how}"
 
     def to_json(self) -> dict:

@@ -278,8 +278,8 @@ def write(summary: dict, out: str, command: str) -> list[str]:
             cka[label] = {name: [r[name] for r in rows] for name in rows[0]}
     written = [paths[0]]
     if cka:  # needs a subset model or a second full-data seed
-        plots.lines_with_spread(cka, paths[1], "layer of the compared model (stem, then encoder blocks)",
-                                "linear CKA with the same layer of the full-data model",
+        plots.lines_with_spread(cka, paths[1], "layer (each compared with the same layer of a full-data model)",
+                                "linear CKA with the full-data model",
                                 "R7: CKA of each layer to the full-data model (higher layers diverge?)",
                                 ylim=(0, 1.02))
         written.append(paths[1])
