@@ -310,10 +310,19 @@ def verdict_inputs(arms: dict, results: dict) -> list[dict]:
         if key[3] == "patch" and key[:3] == BASE[:3]:  # π⁻¹ re-indexes the posemb grid only at the patch grain
             vals = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_null"]["mean"] for r in res
                     if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
+            before = [r["posemb"]["locality_spearman_token_order"] - r["posemb"]["locality_null"]["mean"]
+                      for r in res if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
+            perms = [str(json.loads(storage.read_text(storage.join(w, "config.json"))).get("data", {}).get(
+                "permutation_seed", 0)) for w in runs]
             out.append({"key": "J4", "comparison": "patches permuted (blocks of the patch size): locality after π⁻¹ − "
                         f"null{label}",
                         "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs,
-                        "baseline_label": "its null, subtracted per seed"})
+                        "baseline_label": "its null, subtracted per seed",
+                        "note": "before π⁻¹ (in token order) the locality minus the same null is already "
+                        + ", ".join(f"{v:+.3f}" for v in before) + " per seed; data.permutation_seed per seed: "
+                        + ", ".join(perms) + (" (one shared permutation: n counts initializations, not "
+                                              "permutations)" if len(set(perms)) == 1 else "")
+                        + ". J4order, after π⁻¹ against token order, is the stricter test"})
             order = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_spearman_token_order"] for r in res
                      if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
             out.append({"key": "J4order", "comparison": "patches permuted (blocks of the patch size): locality after "
