@@ -51,6 +51,10 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
     assert "probes" not in quick and not os.path.exists(os.path.join(out, "probes.png"))
     np.testing.assert_array_equal(quick["cka"]["matrix"], saved["cka"]["matrix"])
     assert quick["attention_distance_pixels"] == saved["attention_distance_pixels"]
+    # Analysed again without a second model: the earlier cross-model figure is stale and goes.
+    run.analyze(vit_dir, num_examples=96, batch=32, probes=False)
+    assert not os.path.exists(os.path.join(out, "cka_vs_cnn.png"))
+    quick = run.analyze(vit_dir, compare=cnn_dir, num_examples=96, batch=32, probes=False)
     # R1's cross-model CKA alone: the same matrix as analyze's, written beside analysis.json, never into it.
     cross = run.cross_cka(vit_dir, cnn_dir, num_examples=96, batch=32)
     np.testing.assert_allclose(cross["matrix"], across, rtol=1e-6, atol=1e-9)

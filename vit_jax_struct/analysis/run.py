@@ -350,6 +350,9 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     results["cka"] = {"layers": layer_names, "matrix": within.result().tolist()}
     plots.heatmap(within.result(), layer_names, layer_names, f"CKA within {title}", storage.join(out_dir, "cka.png"),
                   ylabel=f"layer of {title}", xlabel=f"layer of {title}")
+    for name in storage.listdir(out_dir):  # a cross-model figure of an earlier analysis (another reference): stale
+        if name.startswith("cka_vs_") and name.endswith(".png") and (other is None or name != f"cka_vs_{other[0]}.png"):
+            storage.remove(storage.join(out_dir, name))
     if other is not None:
         results["cka_across"] = {"other": other[3], "layers": layer_names, "other_layers": other_names,
                                  "matrix": across.result().tolist()}
