@@ -5,7 +5,7 @@ import ast
 import os
 import re
 
-from vit_jax_struct import catalog, catalog_page, stats
+from vit_jax_struct import catalog, catalog_page, report, stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,7 +54,10 @@ def test_experiments_doc_is_up_to_date():
         assert f"\n## {r.id}\n" in text
     assert "measured" not in text.lower().split("## j1")[0]  # the summary says a status, not "measured"
     for v in catalog_page.load_verdicts():  # each verdict of the scoreboard appears with its status
-        assert f"**{v['status']}**" in text and v["comparison"] in text
+        assert f"**{report.shown_status(v['key'], v['status'])}" in text and v["comparison"] in text
+    for row in catalog.ROWS:  # one status per row in the summary table
+        status, _ = report.row_status(row.id, [v for v in catalog_page.load_verdicts() if v["row"] == row.id])
+        assert f"| [{row.id}](#{row.id.lower()}) | {row.title} | {row.number} | **{status}**" in text
     for link in re.findall(r"\]\(((?:results)/[^)]+)\)", text):  # every linked plot/page exists
         assert os.path.exists(os.path.join(ROOT, "docs", link.replace("%20", " "))), link
     assert "DESIGN.md" not in text and "../shared" not in text

@@ -66,6 +66,25 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0
 
 
+def test_row_status_combines_the_claims_comparisons_and_checks_are_never_reproduced():
+    def v(key, status):
+        return {"key": key, "status": status}
+
+    assert report.row_status("R6", [v("R6", "reproduced"), v("R6", "reproduced")]) == (
+        "reproduced", "2 of 2 comparisons reproduced")
+    # one reproduced, one inconclusive: the row is inconclusive; a contradiction anywhere wins
+    assert report.row_status("R6", [v("R6", "reproduced"), v("R6", "inconclusive")]) == (
+        "inconclusive", "1 of 2 comparisons reproduced")
+    assert report.row_status("J4", [v("J4", "reproduced"), v("J4order", "contradicts")])[0] == "contradicts"
+    # controls, checks and exploratory measures are not the row's claim: J2+ alone leaves J2 not run
+    assert report.row_status("J2", [v("J2+", "reproduced")]) == ("not run", "")
+    assert report.row_status("J5", [v("J5", "inconclusive"), v("J5sets", "reproduced"), v("J5err", "reproduced")]) \
+        == ("inconclusive", "1 of 2 comparisons reproduced")
+    assert report.shown_status("J2+", "reproduced") == "check: as expected"
+    assert report.shown_status("J7rand", "contradicts") == "check: not as expected"
+    assert report.shown_status("J2", "reproduced") == "reproduced"
+
+
 def test_smoke_sweep_judges_nothing_and_counts_identical_runs_once(tmp_path, capsys):
     """`--set=total_steps=20`: every arm is smoke; two arms that became the same training run are one run."""
     root = str(tmp_path / "smoke")

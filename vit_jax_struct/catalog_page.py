@@ -68,10 +68,12 @@ def margin_power(verdicts: list[dict]) -> str:
                      f"{need if need else '> 50'}")
     if not parts:
         return ""
-    return ("**Power of the no-effect margins.** If Δ were exactly 0, a Welch interval with equal s.d. s and n "
-            "seeds per arm has half-width t(0.975, 2n − 2)·s·√(2/n); it fits inside the margin only when that is "
-            "below it: " + "; ".join(parts) + ". Where n is below that, *inconclusive* is the expected status even "
-            "for arms that do not differ.")
+    return ("**Power of the no-effect margins.** If Δ were exactly 0 and both arms had the same s.d. s (taken as "
+            "the root mean square of the two arms' seed s.d.s), a Welch interval with n seeds per arm has "
+            "half-width t(0.975, 2n − 2)·s·√(2/n) (Welch's df is 2n − 2 only when the s.d.s are equal; unequal "
+            "ones lower it and widen the interval, so the intervals below can be wider); it fits inside the margin "
+            "only when that is below it: " + "; ".join(parts) + ". Where n is below that, *inconclusive* is the "
+            "expected status even for arms that do not differ.")
 
 
 def _rel(path: str) -> str:
@@ -83,13 +85,14 @@ def _short(v: dict) -> str:
     j = catalog.JUDGEMENTS[v["key"]]
     e = v["effect"]
     digits = 1 if j.unit == "points" else 3
-    status = (v["status"] + (", check" if j.expected else "") + (", post hoc" if j.history else "")
+    status = (report.shown_status(v["key"], v["status"]) + (", post hoc" if j.history else "")
               + (", see caveat" if j.caveat else ""))
     if e is None:
         return f"**{status}**: {v['comparison']} — no interval ({v['reason']})"
     n = f"n = {e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
-    if e.method.endswith(stats.NO_SPREAD):
-        return f"**{status}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} ({e.method}; {n}; not judged)"
+    if e.method.endswith(stats.NO_SPREAD):  # a point, not an interval: never judged, whatever n is
+        return (f"**{status}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit}, every value in each arm equal "
+                f"({n}): no interval, not judged")
     return (f"**{status}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} "
             f"[{e.low:+.{digits}f}, {e.high:+.{digits}f}] ({e.method}" + (f", df {e.df:.1f}" if e.df else "")
             + f"; {n})")
@@ -117,7 +120,8 @@ def render(verdicts_path: str = VERDICTS) -> str:
              "equivalence margin of a no-effect claim), **contradicts** (it excludes 0 the other way, or lies "
              "wholly outside the margin), **inconclusive** (neither, or fewer than "
              f"{stats.MIN_SEEDS} seeds per arm, 5 for the theory rows), **not run**; a control or check the paper "
-             "did not run is marked *check*. Each verdict names its metric, Δ with the interval's "
+             "did not run reads *check: as expected*, *check: not as expected* or *check: inconclusive*, never "
+             "reproduced. Each verdict names its metric, Δ with the interval's "
              "method and degrees of freedom, and n per arm; the directions, margins and seed counts are fixed in "
              "`vit_jax_struct/catalog.py` before the runs, except the rules marked *post hoc* (added or changed after "
              "results existed; each says what and why); the numbers come from "
@@ -125,14 +129,17 @@ def render(verdicts_path: str = VERDICTS) -> str:
              "[results/runs.csv](results/runs.csv), commands in [results/commands.txt](results/commands.txt)); "
              "the theory rows' from [results/theory/README.md](results/theory/README.md).", "",
              *([power, ""] if power else []),
-             "| id | experiment | paper says | metric (judged on) | ours (status: comparison, Δ [95 % CI] (method; "
-             "n per arm)) |", "|---|---|---|---|---|"]
+             f"{catalog.HEADLINE_RULE}.", "",
+             "| id | experiment | paper says | row status | metric (judged on) | ours (status: comparison, Δ [95 % CI] "
+             "(method; n per arm)) |", "|---|---|---|---|---|---|"]
     for row in catalog.ROWS:
         vs = by_row.get(row.id, [])
         ours = "<br>".join(_short(v) for v in vs) if vs else "**not run**" + (
             f" — {row.pending}" if row.pending else "")
         metrics = "<br>".join(dict.fromkeys(j.metric for j in catalog.JUDGEMENTS.values() if j.row == row.id)) or "—"
-        lines.append(f"| [{row.id}](#{row.id.lower()}) | {row.title} | {row.number} | {metrics} | {ours} |")
+        status, count = report.row_status(row.id, vs)
+        lines.append(f"| [{row.id}](#{row.id.lower()}) | {row.title} | {row.number} | **{status}**"
+                     + (f" ({count})" if count else "") + f" | {metrics} | {ours} |")
     for row in catalog.ROWS:
         lines += ["", f"## {row.id}", "", f"**{row.title}** — {row.paper}, {row.section}.", "",
                   f"- Paper: {row.claim}. Number: {row.number}.", f"- Knob: {row.knob}.",
@@ -166,9 +173,12 @@ def render(verdicts_path: str = VERDICTS) -> str:
                  for p in row.results if os.path.exists(os.path.join(REPO, p))]
         if links:
             lines += ["", "Results: " + ", ".join(links) + "."]
-        for p in row.plots:
+        for p in row.plots:  # captioned by their path below docs/results (per-run figures: one seed, as an example)
             if os.path.exists(os.path.join(REPO, p)):
-                lines += ["", f"![{row.id}: {os.path.basename(p)}]({_rel(p).replace(' ', '%20')})"]
+                what = os.path.relpath(p, os.path.join("docs", "results"))
+                lines += ["", f"![{row.id}: {what}]({_rel(p).replace(' ', '%20')})", "",
+                          f"*{row.id}: `{what}`" + (" (one seed of the arm, as an example; every seed's figure is "
+                                                     "beside its run)*" if "/analysis/" in p else "*")]
     return "\n".join(lines) + "\n"
 
 

@@ -156,6 +156,33 @@ def judge(key: str, effect: stats.Effect | None) -> tuple[str, str]:
     return status, reason
 
 
+CHECK_WORDS = {"reproduced": "as expected", "contradicts": "not as expected", "inconclusive": "inconclusive"}
+
+
+def shown_status(key: str, status: str) -> str:
+    """The status as the pages print it: a control or check the paper did not run (`Judgement.expected`) is never
+    "reproduced" — it is "check: as expected" / "check: not as expected" / "check: inconclusive"."""
+    return f"check: {CHECK_WORDS.get(status, status)}" if catalog.JUDGEMENTS[key].expected else status
+
+
+def row_status(row_id: str, verdicts: list[dict]) -> tuple[str, str]:
+    """One status for a catalog row from its verdicts (`catalog.HEADLINE`, `catalog.HEADLINE_RULE`): contradicts if
+    any comparison of the row's claim contradicts, reproduced only if every one reproduces, not run if none ran,
+    else inconclusive; with "k of n comparisons reproduced". Returns `(status, count text)`."""
+    keys = catalog.HEADLINE.get(row_id, ())
+    own = [v for v in verdicts if v["key"] in keys]
+    if not own:
+        return "not run", ""
+    statuses = [v["status"] for v in own]
+    k = statuses.count("reproduced")
+    count = f"{k} of {len(own)} comparison{'s' if len(own) > 1 else ''} reproduced"
+    if "contradicts" in statuses:
+        return "contradicts", count
+    if k == len(own):
+        return "reproduced", count
+    return "inconclusive", count
+
+
 def compare(runs) -> list[dict]:
     """The accuracy verdicts: one per catalog comparison, dataset, model, treatment group and step budget with both
     arms present (smoke and duplicate runs left out). Each: id, key (of `catalog.JUDGEMENTS`), comparison (label),
@@ -240,7 +267,7 @@ def verdict_cells(v: dict) -> tuple[str, str, str, str, str]:
     posthoc = "; rule set post hoc (see the catalog)" if j.history else ""
     caveat = f"; caveat: {j.caveat}" if j.caveat else ""
     return (f"{j.metric}; Δ = {j.delta} ({j.unit})", base, _arm(v["treatment"], j.unit), delta,
-            f"**{v['status']}** ({v['reason']}{posthoc}{caveat})")
+            f"**{shown_status(v['key'], v['status'])}** ({v['reason']}{posthoc}{caveat})")
 
 
 def _slug(text: str) -> str:
@@ -321,7 +348,12 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
               f"marked post hoc (added or changed after results existed; the catalog page says what and why); the "
               f"statistics are `vit_jax_struct/stats.py`.", ""]
     if rows:
-        lines += [f"**What came before.** {catalog.HISTORY}", ""]
+        lines += [f"**What came before.** {catalog.HISTORY}", "", f"{catalog.HEADLINE_RULE}:", "",
+                  "| row | status | claim | comparisons of the claim |", "|---|---|---|---|"]
+        for row in catalog.ROWS:
+            status, count = row_status(row.id, rows)
+            lines.append(f"| {row.id} | **{status}** | {row.title} | {count or '—'} |")
+        lines += [""]
     if smoke or dups:
         lines += [f"**Not judged**: {len(smoke)} smoke or unfinished run(s) (a step budget other than the declared "
                   f"{', '.join(map(str, ALL_BUDGETS))}), {len(dups)} run(s) whose training config equals another's "

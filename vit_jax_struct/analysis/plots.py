@@ -88,15 +88,14 @@ def attention_distance_panels(panels: dict, path, uniform: float | None = None, 
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 1.5, 3.8), sharey=True,
                              layout="constrained", squeeze=False)
     markers = ("o", "s", "^", "D")
+    n_heads = max((len(h) for seeds in panels.values() for d in seeds for h in d.values()), default=1)
+    colors = plt.get_cmap("viridis")(np.linspace(0, 1, n_heads))
     for ax, (title, seeds) in zip(axes[0], panels.items(), strict=True):
         for k, d in enumerate(seeds):
-            n_heads = max((len(h) for h in d.values()), default=1)
-            colors = plt.get_cmap("viridis")(np.linspace(0, 1, n_heads))
             for i, heads in enumerate(d.values()):
                 h = np.sort(np.asarray(heads))
                 xs = i + (k - (len(seeds) - 1) / 2) * 0.25 + np.linspace(-0.08, 0.08, len(h))
-                ax.scatter(xs, h, s=12, c=colors[:len(h)], marker=markers[k % len(markers)],
-                           label=f"seed {k} (colour: head rank, nearest first)" if i == 0 else None)
+                ax.scatter(xs, h, s=12, c=colors[:len(h)], marker=markers[k % len(markers)])
         if uniform is not None:
             ax.axhline(uniform, color="grey", ls=":", lw=1, label="uniform attention")
         if local is not None:
@@ -108,7 +107,17 @@ def attention_distance_panels(panels: dict, path, uniform: float | None = None, 
         ax.set_xlabel("encoder block")
         ax.set_title(title, fontsize=9)
     axes[0][0].set_ylabel("mean attention distance (pixels; low: local)")
-    axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # Marker = seed (grey), colour = the head's rank within its block: one legend entry each, in their own colours.
+    n_seeds = max(len(seeds) for seeds in panels.values())
+    handles = [plt.Line2D([], [], ls="none", marker=markers[k % len(markers)], color="0.35", ms=4, label=f"seed {k}")
+               for k in range(n_seeds)]
+    handles += [plt.Line2D([], [], ls="none", marker="o", color=colors[j], ms=4,
+                           label=f"head rank {j + 1}" + (" (nearest)" if j == 0 else " (farthest)"
+                                                         if j == n_heads - 1 else ""))
+                for j in range(n_heads)]
+    handles += [h for h in axes[0][-1].get_legend_handles_labels()[0]]
+    axes[0][-1].legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                       title="marker: seed; colour: head rank\nwithin its block", title_fontsize=6)
     fig.suptitle("Mean attention distance per head, heads sorted by distance within each block", fontsize=9)
     storage.savefig(fig, path, dpi=110)
     plt.close(fig)

@@ -61,7 +61,7 @@ def training_curves(runs: dict, path, title: str) -> None:
     styles = ("-", "--", "-.", ":")
     if len(runs) > 1:  # a comparison's arms: the 10-shot probes only, one legend of runs outside the panels
         panels = 3 if any(fewshot_keys(r) for r in runs.values()) else 2  # no empty few-shot panel
-        fig, axes = plt.subplots(1, panels, figsize=(4.4 * panels + 1.0, 4.6), layout="constrained")
+        fig, axes = plt.subplots(1, panels, figsize=(4.4 * panels + 0.5, 5.0), layout="constrained")
         _overlay(runs, axes, styles, fig)
         fig.suptitle(textwrap.fill(title, 150), fontsize=9)
         storage.savefig(fig, path, dpi=110)
@@ -126,7 +126,8 @@ def _overlay(runs: dict, axes, styles, fig) -> None:
         for ax, (key, _) in zip(axes[:2], CURVE_PANELS[:2], strict=True):
             x, y = _series(records, key)
             if len(x):
-                ax.plot(x, y, color=color, marker=marker if len(x) < 20 else None, ms=3.5, alpha=0.85)
+                # Long series: every k-th point marked, so the seed stays readable without a cloud of markers.
+                ax.plot(x, y, color=color, marker=marker, markevery=max(1, len(x) // 8), ms=3.5, alpha=0.85)
         keys = fewshot_keys(records) if len(axes) > 2 else []
         for key in [k for k in keys if k.endswith("_10shot")] or keys:
             x, y = _series(records, key)
@@ -143,5 +144,6 @@ def _overlay(runs: dict, axes, styles, fig) -> None:
     if any(seeds):
         handles += [plt.Line2D([], [], color="0.4", ls="none", marker=markers[i % len(markers)], label=s)
                     for i, s in enumerate(seeds)]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=7, title="arm (colour), seed (marker)",
-               title_fontsize=7)
+    # Below the panels, in one row: never over a curve, and clear of the title above.
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 8), fontsize=7,
+               title="arm (colour), seed (marker)", title_fontsize=7, frameon=False)
