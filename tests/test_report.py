@@ -185,9 +185,11 @@ def test_archive_keeps_each_sweep_in_its_own_folder_and_skips_unfinished_runs(tm
         with open(os.path.join(root, name, "final_metrics.json"), "w") as f:
             json.dump({"eval/accuracy": 0.5}, f)
     _run(b, "unfinished", 0.4)
-    os.makedirs(os.path.join(b, "r1", "analysis"))
+    os.makedirs(os.path.join(b, "r1", "analysis", "cross_cka"))
     with open(os.path.join(b, "r1", "analysis", "analysis.json"), "w") as f:
         f.write("{}")
+    with open(os.path.join(b, "r1", "analysis", "cross_cka", "cnn,seed=0.json"), "w") as f:
+        f.write('{"matrix": []}')
     dest = str(tmp_path / "archive")
     assert report.archive([a, b + "/"], dest) == [os.path.join(dest, "sweepA"), os.path.join(dest, "sweepB")]
     assert sorted(os.listdir(os.path.join(dest, "sweepB"))) == ["r0", "r1"]
@@ -196,5 +198,7 @@ def test_archive_keeps_each_sweep_in_its_own_folder_and_skips_unfinished_runs(tm
     with open(os.path.join(dest, "sweepA", "r0", "metrics.jsonl")) as f, open(os.path.join(a, "r0",
                                                                                           "metrics.jsonl")) as g:
         assert f.read() == g.read()
+    with open(os.path.join(dest, "sweepB", "r1", "analysis", "cross_cka", "cnn,seed=0.json")) as f:
+        assert f.read() == '{"matrix": []}'  # R1's cross-model CKA travels with its ViT run
     with pytest.raises(ValueError, match="two sweep roots named 'sweepA'"):
         report.archive([a, a], dest)

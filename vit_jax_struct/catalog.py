@@ -228,6 +228,8 @@ ROWS = (
         "similar to its middle ones; representations are more uniform across ViT layers",
         "qualitative (CKA heatmaps)", "analysis: CKA ViT vs CNN (`--compare=CNN_RUN`)",
         f"{SWEEP100} --only=vit_original --only=cnn_resnet18 && {VERDICTS}", ANALYZE_PUBLISHED,
+        plots=("docs/results/runs/cifar100/vit_original,seed=0/analysis/cross_cka/"
+               "cnn_resnet18w16_original,seed=0.png",),
         results=("docs/published_models.md",),
         pending="J3's original-image ResNet-18 arm (trained to the ViT's 1,000-step budget on the same data, 3 seeds; "
                 "queued with the CNN arms); the verdicts command then pairs ViT seed s with ResNet seed s "

@@ -398,11 +398,12 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
 
 # The small files of a run that the scoreboard and the catalog read (checkpoints stay behind).
 ARCHIVED = ("config.json", "metrics.jsonl", "final_metrics.json", "permutation.json")
+ANALYSIS_FOLDERS = ("analysis", "analysis/cross_cka")  # their .json, .png and .md files are archived too
 
 
 def archive(roots, dest: str) -> list[str]:
     """Copies the small files of every finished run (with `final_metrics.json`) below `roots` (`ARCHIVED`, and
-    `analysis/*.json|*.png|*.md`) to `dest/<sweep>/<run name>/`, `<sweep>` being the root's own folder name, so a
+    `*.json|*.png|*.md` of `ANALYSIS_FOLDERS`) to `dest/<sweep>/<run name>/`, `<sweep>` being the root's own folder name, so a
     sweep's numbers and figures can be regenerated without its checkpoints (e.g. from `docs/results/runs/`).
     Returns the archived sweep folders `dest/<sweep>`, one per root.
 
@@ -429,12 +430,13 @@ def archive(roots, dest: str) -> list[str]:
             for f in ARCHIVED:
                 if storage.exists(storage.join(d, f)):
                     storage.write_bytes(storage.join(out, f), storage.read_bytes(storage.join(d, f)))
-            adir = storage.join(d, "analysis")
-            if storage.isdir(adir):
-                storage.makedirs(storage.join(out, "analysis"))
-                for f in storage.listdir(adir):
-                    if f.endswith((".json", ".png", ".md")):
-                        storage.write_bytes(storage.join(out, "analysis", f), storage.read_bytes(storage.join(adir, f)))
+            for sub in ANALYSIS_FOLDERS:  # the run's analyses, and its cross-model CKA with other runs (R1)
+                adir = storage.join(d, sub)
+                if storage.isdir(adir):
+                    storage.makedirs(storage.join(out, sub))
+                    for f in storage.listdir(adir):
+                        if f.endswith((".json", ".png", ".md")):
+                            storage.write_bytes(storage.join(out, sub, f), storage.read_bytes(storage.join(adir, f)))
     return [out for _, out in out_roots.values()]
 
 
