@@ -231,10 +231,10 @@ ROWS = (
         plots=("docs/results/runs/cifar100/vit_original,seed=0/analysis/cross_cka/"
                "cnn_resnet18w16_original,seed=0.png",),
         results=("docs/published_models.md",),
-        pending="J3's original-image ResNet-18 arm (trained to the ViT's 1,000-step budget on the same data, 3 seeds; "
-                "queued with the CNN arms); the verdicts command then pairs ViT seed s with ResNet seed s "
-                "(`analysis/run.py` `cross_cka`). The paper's setting: the published ViT and BiT checkpoints "
-                "(full-scale command), or models trained to convergence"),
+        pending="none at this scale (J3's unpermuted ResNet-18 arm, trained to the ViT's 1,000-step budget on the same "
+                "data, 3 seeds, paired ViT seed s with ResNet seed s by the verdicts command, `analysis/run.py` "
+                "`cross_cka`). The paper's setting: the published ViT and BiT checkpoints (full-scale command), or "
+                "models trained to convergence"),
     Row("R2", RAGHU, "§4, Figure 6", "too little data: early attention stays global",
         "pretrained on ImageNet only, ViT-L/16 and H/14 have no local heads in the lower layers, where the same "
         "models pretrained on JFT-300M do (the paper contrasts ImageNet with JFT, not subsets of one "
