@@ -403,8 +403,8 @@ ANALYSIS_FOLDERS = ("analysis", "analysis/cross_cka")  # their .json, .png and .
 
 def archive(roots, dest: str) -> list[str]:
     """Copies the small files of every finished run (with `final_metrics.json`) below `roots` (`ARCHIVED`, and
-    `*.json|*.png|*.md` of `ANALYSIS_FOLDERS`) to `dest/<sweep>/<run name>/`, `<sweep>` being the root's own folder name, so a
-    sweep's numbers and figures can be regenerated without its checkpoints (e.g. from `docs/results/runs/`).
+    `*.json|*.png|*.md` of `ANALYSIS_FOLDERS`) to `dest/<sweep>/<run name>/`, `<sweep>` being the root's own folder
+    name, so a sweep's numbers and figures can be regenerated without its checkpoints (e.g. from `docs/results/runs/`).
     Returns the archived sweep folders `dest/<sweep>`, one per root.
 
     Raises:
