@@ -86,3 +86,21 @@ def test_r1_pattern_is_vit_block0_with_resnet_middle_minus_early_units_per_seed_
     assert row["treatment"] == pytest.approx([0.35] * 3)  # adding a constant to every cell leaves the contrast
     assert row["runs"] == ["vit0", "resnet0", "vit1", "resnet1", "vit2", "resnet2"]
     assert verdicts.r1_inputs({}) == []
+
+
+def test_analysis_plan_reanalyses_only_runs_with_a_checkpoint_and_never_swaps_the_reference():
+    fresh = {"posemb": {"locality_null": {"mean": 0.0}}, "cka_across": {"other": "full1"}}
+    plan = verdicts.analysis_plan
+    # Missing: analysed against the reference where it has a checkpoint, else without a cross-seed CKA.
+    assert plan(None, "full1", run_has_checkpoint=True, ref_has_checkpoint=True) == (True, "full1")
+    assert plan(None, "full1", run_has_checkpoint=True, ref_has_checkpoint=False) == (True, None)
+    # Current (compared with the wanted reference): kept, whether or not the reference still has its checkpoint.
+    assert plan(fresh, "full1", run_has_checkpoint=True, ref_has_checkpoint=True) == (False, "full1")
+    assert plan(fresh, "full1", run_has_checkpoint=True, ref_has_checkpoint=False) == (False, None)
+    # Compared with another reference: redone against the wanted one; an archived run (no checkpoint) keeps it.
+    assert plan(fresh, "full2", run_has_checkpoint=True, ref_has_checkpoint=True) == (True, "full2")
+    assert plan(fresh, "full2", run_has_checkpoint=False, ref_has_checkpoint=True) == (False, "full2")
+    # Made without a reference because it had no checkpoint: current; without the posemb null: stale.
+    no_ref = {"posemb": {"locality_null": {"mean": 0.0}}}
+    assert plan(no_ref, "full1", run_has_checkpoint=True, ref_has_checkpoint=False) == (False, None)
+    assert plan({"posemb": {}}, None, run_has_checkpoint=True, ref_has_checkpoint=False) == (True, None)

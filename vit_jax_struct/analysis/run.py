@@ -282,7 +282,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
       FileNotFoundError: no run checkpoint and no `config.init_from`, or unreadable files.
       ValueError: a checkpoint that does not match its model; no batch of ≥ 4 examples.
     """
-    from_file = config is not None and config.get("init_from") and not _has_checkpoint(workdir)
+    from_file = config is not None and config.get("init_from") and not has_checkpoint(workdir)
     if from_file:
         config, parts, variables, step = load_checkpoint_file(config)
     else:
@@ -409,7 +409,8 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     return results
 
 
-def _has_checkpoint(workdir: str) -> bool:
+def has_checkpoint(workdir: str) -> bool:
+    """True if `workdir/checkpoints` holds at least one numbered step (a run archived without checkpoints: False)."""
     d = storage.join(workdir, "checkpoints")
     return storage.isdir(d) and any(x.isdigit() for x in storage.listdir(d))
 

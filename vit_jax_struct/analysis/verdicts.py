@@ -197,6 +197,25 @@ def cross_seed_reference(seed: int, full: dict):
     return full[others[(seeds.index(seed) if seed in seeds else 0) % len(others)]]
 
 
+def analysis_plan(got: dict | None, ref: str | None, run_has_checkpoint: bool,
+                  ref_has_checkpoint: bool) -> tuple[bool, str | None]:
+    """Whether a run's analysis must be (re)computed, and against which reference: `(todo, compare)`.
+
+    `got` is the run's `analysis/analysis.json` (None if missing), `ref` the reference run the verdicts want it
+    compared with (R7/R8; None: none). An analysis is current when it has the posemb null and was compared with
+    `ref`. A stale one is recomputed only where the run still has a checkpoint; an archived run (small files only)
+    keeps the analysis it has. Where `ref` has no checkpoint (archived), the run is analysed without a cross-seed
+    CKA (`compare` None: its R7/R8 pair is left out, never compared with another reference), and an analysis made
+    so is current. Raises nothing: a missing analysis of a run without a checkpoint is left to `analyze` to report.
+    """
+    compare = ref if ref_has_checkpoint else None
+    if got is None:
+        return True, compare
+    current = ("locality_null" in got.get("posemb", {"locality_null": 0})
+               and got.get("cka_across", {}).get("other") in (ref, compare))
+    return (not current and run_has_checkpoint), compare
+
+
 BASE = ("standard", "token", "-", "none", 1.0)  # the baseline arm: CLS, standard attention, intact, all the data
 
 
@@ -215,10 +234,13 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int) -> dict:
                 ref = cross_seed_reference(seed, base)
             path = storage.join(workdir, "analysis", "analysis.json")
             got = json.loads(storage.read_text(path)) if storage.exists(path) else None
-            if got is None or got.get("cka_across", {}).get("other") != ref or "locality_null" not in got.get(
-                    "posemb", {"locality_null": 0}):
-                print(f"[verdicts] analysing {workdir}" + (f" against {ref}" if ref else ""), flush=True)
-                got = analysis_run.analyze(workdir, compare=ref, num_examples=num_examples, batch=batch,
+            todo, compare = analysis_plan(got, ref, run_has_checkpoint=analysis_run.has_checkpoint(workdir),
+                                          ref_has_checkpoint=ref is not None and analysis_run.has_checkpoint(ref))
+            if todo:
+                print(f"[verdicts] analysing {workdir}" + (f" against {compare}" if compare else "")
+                      + (f" (the reference {ref} has no checkpoint: no cross-seed CKA)" if ref and not compare else ""),
+                      flush=True)
+                got = analysis_run.analyze(workdir, compare=compare, num_examples=num_examples, batch=batch,
                                            probes=False)  # the verdicts use no probe
             out[workdir] = got
     return out
