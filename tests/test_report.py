@@ -54,6 +54,7 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     assert rows["J2+"]["effect"].delta == pytest.approx((50 + 52 + 49 - 60 - 62 - 61) / 3)
     assert rows["J1"]["status"] == "inconclusive" and rows["J1"]["effect"] is None  # one seed: no interval
     assert rows["J3"]["status"] == "reproduced" and rows["J3"]["effect"].delta == pytest.approx(-23.0)
+    assert "[ResNet-18" in rows["J3"]["comparison"]  # a CNN comparison names its model even when it is the only one
     md, csv_path = report.write(runs, list(rows.values()), str(tmp_path / "out"), "python launch/sweep.py …")
     with open(md) as f:
         text = f.read()

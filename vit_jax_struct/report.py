@@ -205,7 +205,7 @@ def compare(runs) -> list[dict]:
                 vt, vb = [100 * r["eval/accuracy"] for r in t], [100 * r["eval/accuracy"] for r in base]
                 effect = stats.welch(vt, vb)
                 status, reason = judge(c.verdict, effect)
-                label = c.what + (f" [{model}]" if many_models else "") + \
+                label = c.what + (f" [{model}]" if many_models or c.family == "cnn" else "") + \
                     (f" [{', '.join(map(str, g))}]" if g else "") + f", {dataset}, {steps} steps"
                 rows.append({"id": c.id, "key": c.verdict, "row": catalog.JUDGEMENTS[c.verdict].row,
                              "comparison": label, "models": model, "runs": [r["run"] for r in base + t],
