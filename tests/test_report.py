@@ -140,7 +140,7 @@ def _curve_run(root, name, seed=0, **model_kw):
                                     "fewshot/cifar10_10shot": step / 3750}) + "\n")
 
 
-def test_report_writes_training_curve_pngs(tmp_path):
+def test_report_writes_training_curve_pngs(tmp_path, monkeypatch):
     from vit_jax_struct.analysis import plots
     from vit_jax_struct.train import metrics
 
@@ -175,6 +175,13 @@ def test_report_writes_training_curve_pngs(tmp_path):
             fh.write(b"x")
     assert report.main(["--runs", root, "--out", out]) == 0
     assert sorted(os.listdir(os.path.join(out, "curves"))) == sorted([*files, "notes.png"])
+    # The comparison's legend says which arm is the baseline and which the treatment.
+    drawn = {}
+    monkeypatch.setattr(plots, "training_curves",
+                        lambda runs, path, title: drawn.setdefault(os.path.basename(path), list(runs)))
+    assert report.main(["--runs", root, "--out", out]) == 0
+    assert drawn[comparison] == ["baseline: base0", "baseline: base1", "treatment: gap0", "treatment: gap1"]
+    assert drawn["base0.png"] == ["base0"]
 
 
 

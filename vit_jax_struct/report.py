@@ -292,7 +292,10 @@ def write_curves(runs, rows, out: str) -> dict:
         plots.training_curves({name: records[r["run"]]}, path, f"{name} ({r['model']}, {r['dataset']})")
         written["runs"].append(path)
     for row in rows:
-        arms = {storage.basename(w): records[w] for w in row["runs"] if w in records}
+        # An accuracy comparison lists its baseline runs first (`compare`): the legend says which arm is which.
+        n_base = len(row["baseline"]) if row.get("source") == "runs.csv" else 0
+        arms = {("baseline: " if i < n_base else "treatment: " if n_base else "") + storage.basename(w): records[w]
+                for i, w in enumerate(row["runs"]) if w in records}
         path = storage.join(folder, f"{_slug(row['id'] + '_' + row['comparison'])}.png")
         plots.training_curves(arms, path, f"{row['id']}: {row['comparison']}")
         written["comparisons"].append((row["id"], row["comparison"], path))
