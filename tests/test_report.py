@@ -81,6 +81,13 @@ def test_row_status_combines_the_claims_comparisons_and_checks_are_never_reprodu
     assert report.row_status("J2", [v("J2+", "reproduced")]) == ("not run", "")
     assert report.row_status("J5", [v("J5", "inconclusive"), v("J5sets", "reproduced"), v("J5err", "reproduced")]) \
         == ("inconclusive", "1 of 2 comparisons reproduced")
+    # J5's claim includes the paper's own association count (J5assoc): a contradiction there is the row's
+    assert report.row_status("J5", [v("J5", "reproduced"), v("J5err", "reproduced"), v("J5assoc", "contradicts")]) \
+        == ("contradicts", "2 of 3 comparisons reproduced")
+    # J3 names two CNNs: ResNet-18 alone cannot make the row reproduced
+    assert report.row_status("J3", [v("J3", "reproduced")]) == (
+        "inconclusive", "1 of 2 comparisons reproduced, 1 not yet run")
+    assert report.row_status("J3", [v("J3", "reproduced")] * 2) == ("reproduced", "2 of 2 comparisons reproduced")
     assert report.shown_status("J2+", "reproduced") == "check: as expected"
     assert report.shown_status("J7rand", "contradicts") == "check: not as expected"
     assert report.shown_status("J2", "reproduced") == "reproduced"

@@ -90,8 +90,8 @@ def test_status_vocabulary():
     assert stats.status(_effect(-0.6, 0.8), "none", margin=1.0)[0] == "reproduced"
     assert stats.status(_effect(-0.2, 1.5), "none", margin=1.0) == (
         "inconclusive", "95 % interval crosses the margin ±1")   # crosses the margin
-    assert stats.status(_effect(0.2, 1.5), "none", margin=1.0)[1].endswith("excludes 0 (a difference, smaller than "
-                                                                            "the margin can rule out)")
+    assert stats.status(_effect(0.2, 1.5), "none", margin=1.0)[1].endswith(
+        "excludes 0: the arms differ, by how much relative to the margin is not resolved")
     assert stats.status(_effect(1.2, 3.0), "none", margin=1.0)[0] == "contradicts"    # wholly outside
     assert stats.status(_effect(-5.0, -1.0, n=2), "negative") == ("inconclusive", "n = 2 < 3 per arm: not judged")
     assert stats.status(None, "negative")[0] == "inconclusive"

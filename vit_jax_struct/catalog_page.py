@@ -92,7 +92,7 @@ def _short(v: dict) -> str:
     n = f"n = {e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
     if e.method.endswith(stats.NO_SPREAD):  # a point, not an interval: never judged, whatever n is
         return (f"**{status}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit}, every value in each arm equal "
-                f"({n}): no interval, not judged")
+                f"({n}): no interval, so inconclusive")
     return (f"**{status}**: {v['comparison']}: Δ {e.delta:+.{digits}f} {j.unit} "
             f"[{e.low:+.{digits}f}, {e.high:+.{digits}f}] ({e.method}" + (f", df {e.df:.1f}" if e.df else "")
             + f"; {n})")

@@ -175,10 +175,12 @@ def row_status(row_id: str, verdicts: list[dict]) -> tuple[str, str]:
         return "not run", ""
     statuses = [v["status"] for v in own]
     k = statuses.count("reproduced")
-    count = f"{k} of {len(own)} comparison{'s' if len(own) > 1 else ''} reproduced"
+    missing = max(0, catalog.HEADLINE_NEEDS.get(row_id, 0) - len(own))
+    n = len(own) + missing
+    count = f"{k} of {n} comparison{'s' if n > 1 else ''} reproduced" + (f", {missing} not yet run" if missing else "")
     if "contradicts" in statuses:
         return "contradicts", count
-    if k == len(own):
+    if k == len(own) and not missing:
         return "reproduced", count
     return "inconclusive", count
 

@@ -203,8 +203,8 @@ def status(effect: Effect | None, expect: str, margin: float | None = None,
             return "reproduced", f"95 % interval inside the margin ±{margin:g}"
         if lo > margin or hi < -margin:
             return "contradicts", f"95 % interval wholly outside the margin ±{margin:g}"
-        side = (" and excludes 0 (a difference, smaller than the margin can rule out)" if lo > 0 or hi < 0
-                else "")
+        side = (" and excludes 0: the arms differ, by how much relative to the margin is not resolved"
+                if lo > 0 or hi < 0 else "")
         return "inconclusive", f"95 % interval crosses the margin ±{margin:g}{side}"
     sign = 1.0 if expect == "positive" else -1.0
     if (sign > 0 and lo > 0) or (sign < 0 and hi < 0):
