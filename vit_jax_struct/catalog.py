@@ -41,9 +41,9 @@ SWEEP8 = "python launch/sweep.py --sweep=configs/sweeps/cifar10_grid8.py --root=
 VERDICTS8 = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar10_grid8 "
              "--out=docs/results/analysis/verdicts_grid8.json")
 GRID8 = ("seeds 1–2 of the GAP and positional arms of the 8×8-grid (4-px patch) CIFAR-10 sweep "
-         "`configs/sweeps/cifar10_grid8.py` (2,000 steps; its data-size arms are complete, 3 seeds; ≈ 35 min a run on "
-         "2 CPU cores (`time/wall` of the finished runs: 22–73 min, by what else ran), 4 runs ≈ 2.5 hours, queued behind "
-         "J3's VGG-19 arms; GAP first)")
+         "`configs/sweeps/cifar10_grid8.py` (2,000 steps; its data-size arms are complete, 3 seeds; ≈ 30 min a run "
+         "alone on 2 CPU cores (`time/wall` of the finished runs: 22–73 min, by what else ran), 4 runs ≈ 2 hours; "
+         "training, GAP first)")
 GRID8_DONE = ("the 8×8-grid data-size arms are complete (10 / 30 / 100 %, 3 seeds each, "
               "`configs/sweeps/cifar10_grid8.py`)")
 SCALE_NOTE = ("The empirical verdicts come from runs on 2 CPU cores, far below the papers' budgets: on CIFAR-100 a ViT "
@@ -164,11 +164,11 @@ ROWS = (
         "--config.data.permute_patches=True --config.data.permutation_patch_size=8 --workdir=runs/c100_vgg_perm",
         comparisons=("J3",), results=("docs/results/scoreboard.md",),
         plots=("docs/results/curves/J3_permuted_vs_original_patches_CNN_ResNet-18_width_16_8px_cifar100_"
-               "1000_steps.png",),
-        pending="VGG-19's arms of `configs/sweeps/cifar100_permuted.py` (original and 8-px-block permuted, 3 seeds "
-                "each, 1000 steps; training since the ResNet-18 arms finished: ≈ 8 min a run alone on 2 CPU cores, "
-                "24–63 min beside other runs (`time/wall`)), "
-                "and the paper's curve over block sizes 2 … 32"),
+               "1000_steps.png",
+               "docs/results/curves/J3_permuted_vs_original_patches_CNN_VGG-19_width_16_8px_cifar100_1000_steps.png"),
+        pending="none for the 8-px blocks at this scale (ResNet-18 and VGG-19, 3 seeds each, 1000 steps: "
+                "≈ 8 min a run alone on 2 CPU cores); the paper's curve over block sizes 2 … 32, "
+                "and its budget (models trained to convergence, near 80 / 76 % unpermuted), on an accelerator"),
     Row("J4", JELASSI, "§6", "posemb similarities after the inverse permutation",
         "the positional-encoding similarity maps of a ViT trained on permuted patches look unstructured, and "
         "become spatially local once re-indexed by the inverse permutation", "qualitative (similarity maps)",
