@@ -40,9 +40,8 @@ ANALYZE_PUBLISHED = ("python main.py --mode=analyze --config=configs/vit_b16.py:
 SWEEP8 = "python launch/sweep.py --sweep=configs/sweeps/cifar10_grid8.py --root=runs/cifar10_grid8 --run"
 VERDICTS8 = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar10_grid8 "
              "--out=docs/results/analysis/verdicts_grid8.json")
-GRID8 = ("seeds 1–2 of the positional arm of the 8×8-grid (4-px patch) CIFAR-10 sweep "
-         "`configs/sweeps/cifar10_grid8.py` (2,000 steps; ≈ 12–30 min a run alone on 2 CPU cores, by machine; "
-         "training; its data-size and GAP arms are complete, 3 seeds each)")
+GRID8 = ("none on the 8×8 grid at this scale (`configs/sweeps/cifar10_grid8.py`: its positional, GAP and data-size "
+         "arms are complete, 3 seeds each, 2,000 steps; ≈ 12–30 min a run alone on 2 CPU cores, by machine)")
 # The 8x8-grid GAP seeds 1-2 were trained after the machine holding the full-data models' checkpoints was reset: their
 # analyses have no cross-seed CKA (R8), so R8 on that grid has one pair.
 R8_GRID8 = ("R8 on the 8×8 grid has one seed pair: GAP seeds 1–2 were trained after the full-data models' checkpoints "
