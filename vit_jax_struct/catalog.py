@@ -42,8 +42,6 @@ VERDICTS8 = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar10_gri
              "--out=docs/results/analysis/verdicts_grid8.json")
 GRID8 = ("none on the 8×8 grid at this scale (`configs/sweeps/cifar10_grid8.py`: its positional, GAP and data-size "
          "arms are complete, 3 seeds each, 2,000 steps; ≈ 12–30 min a run alone on 2 CPU cores, by machine)")
-# The 8x8-grid GAP seeds 1-2 were trained after the machine holding the full-data models' checkpoints was reset: their
-# analyses have no cross-seed CKA (R8), so R8 on that grid has one pair.
 R8_GRID8 = ("R8 on the 8×8 grid has one seed pair: GAP seeds 1–2 were trained after the full-data models' checkpoints "
             "(their cross-seed references, seeds 2 and 0) were lost with a machine reset, so only seed 0 has the "
             "paired CKA; retraining those two references (a new training is not bitwise the old one on another "

@@ -22,8 +22,8 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
   XLA's CPU convolutions are slow: `python benchmarks/train_step.py --config=configs/cifar10_vit.py:model=resnet18
   --config.model.width=16 --steps=3` gives 2.7 s a step for ResNet-18 and 1.9 s for VGG-19 (batch 128, 2 cores shared
   with a training run; about 30 % of the matmul rate measured beside it; benchmarks/results/train_step.jsonl), so
-  ≈ 30–45 min a run here beside another run; alone, the ResNet-18 runs took 467–489 s (`time/wall`, ≈ 290 img/s)
-  and 1454–3755 s beside other runs: run them where an accelerator is, or after the ViT sweeps.
+  `time/wall` of the finished ResNet-18 runs: 467–489 s alone (≈ 290 img/s), 1454–3755 s beside other runs: run them
+  one at a time, where an accelerator is, or after the ViT sweeps.
 
 Seed-major order: every completed seed adds one run to each arm.
 Arguments: `steps=N`, `cnn_steps=N`, `cnn_width=N`, `seeds=N`, `root=PATH` (default /tmp/data/cifar100).
