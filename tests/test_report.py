@@ -14,7 +14,7 @@ def _run(root, name, acc, seed=0, steps=1000, model=None, **data_model):
     os.makedirs(d)
     model = model or {"name": "vit", "variant": "Ti/8", "attention": "standard", "classifier": "token",
                       "skip_ablation": ""}
-    data = {"permute_patches": False, "train_fraction": 0.0, "permutation_patch_size": 0}
+    data = {"permute_patches": False, "train_fraction": 0.0, "permutation_patch_size": 0, "permutation_seed": 0}
     for k, v in data_model.items():
         (data if k in data else model)[k] = v
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -30,6 +30,8 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
         _run(root, f"base{seed}", acc, seed=seed)
     for seed, acc in enumerate((0.605, 0.612, 0.615)):
         _run(root, f"perm{seed}", acc, seed=seed, permute_patches=True)
+    # Another permutation (J4's per-seed arm) is its own arm: never pooled into J2's as a fourth seed.
+    _run(root, "perm_pi1", 0.10, seed=1, permute_patches=True, permutation_seed=1)
     for seed, acc in enumerate((0.50, 0.52, 0.49)):
         _run(root, f"sub{seed}", acc, seed=seed, permute_patches=True, permutation_patch_size=4)
     _run(root, "pos0", 0.50, attention="positional")
@@ -40,7 +42,9 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
         _run(root, f"rn_perm{seed}", b, seed=seed, model=dict(cnn), permute_patches=True,
              permutation_patch_size=8)
     runs = report.mark(report.find_runs([root]))
-    assert len(runs) == 17 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
+    assert len(runs) == 18 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
+    perms = {os.path.basename(r["run"]): r["permutation"] for r in runs}
+    assert (perms["perm0"], perms["perm_pi1"], perms["rn_perm0"]) == ("patch", "patch, π seed 1", "8px")
     assert [r["run"] for r in runs if r["smoke"]] == [os.path.join(root, "other_budget")]
     rows = {r["id"]: r for r in report.compare(runs)}
     j2 = rows["J2"]
@@ -61,7 +65,7 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     assert "| J3 |" in text and "python launch/sweep.py" in text and "**reproduced**" in text
     assert "1 smoke or unfinished run(s)" in text
     with open(csv_path) as f:
-        assert f.read().count("\n") == 18
+        assert f.read().count("\n") == 19
     with open(os.path.join(tmp_path, "out", "verdicts.json")) as f:
         assert {v["id"] for v in json.load(f)} == set(rows)
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0

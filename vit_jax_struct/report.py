@@ -57,14 +57,17 @@ def _patch_size(m: dict) -> int | None:
 
 def _permutation(m: dict, d: dict) -> str:
     """"none"; for a ViT "patch" (blocks of its patch size), "sub-patch" (finer) or "super-patch" (coarser); for a
-    CNN "<k>px" (the block size)."""
+    CNN "<k>px" (the block size). A permutation other than the default one (`data.permutation_seed` ≠ 0) adds
+    ", π seed <k>", so runs with different permutations are never pooled as seeds of one arm."""
     if not d.get("permute_patches"):
         return "none"
     patch = _patch_size(m)
     grain = int(d.get("permutation_patch_size") or 0) or patch
+    pi = int(d.get("permutation_seed") or 0)
+    suffix = f", π seed {pi}" if pi else ""
     if patch is None or m.get("name", "vit") != "vit":
-        return f"{grain}px"
-    return "patch" if grain == patch else ("sub-patch" if grain < patch else "super-patch")
+        return f"{grain}px{suffix}"
+    return ("patch" if grain == patch else ("sub-patch" if grain < patch else "super-patch")) + suffix
 
 
 def _dataset(d: dict) -> str:

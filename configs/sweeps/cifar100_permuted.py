@@ -16,6 +16,11 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
 - `vit_permuted4`: the **positive control**: 4-px blocks permuted across the whole image under 8-px patches, so
   every patch holds four blocks from anywhere in the image in a fixed but scrambled arrangement; the patch embedding
   (a linear map of a patch) loses the spatial structure inside the patch, so this should cost the ViT accuracy. If it does not, J2's comparison cannot detect a harmful permutation at this budget.
+- `vit_permuted8pi` (seeds 1 … `seeds`−1 only): the same, but permutation `seed` for initialization `seed`
+  (`data.permutation_seed`), so that J4 is also measured over permutations, not only over initializations of one
+  permutation; its seed 0 would be `vit_permuted8,seed=0` again (the same effective config), which is used instead.
+  Added after J4's results existed (the shared permutation keeps some neighbourhoods). Never pooled into J2's arm:
+  the scoreboard labels its permutation "patch, π seed k";
 - `vit_positional` (J1: positional attention in every block, as Jelassi et al. §6), `vit_gap` (R5/R8: GAP classifier), `vit_skip3` (R3/R4:
   both residuals of block 3 of 6 removed): further catalog rows against the same `vit_original` baseline;
 - `cnn_{resnet18,vgg19}_{original,permuted8}`: J3's CNNs (16 channels in the first stage, `cnn_steps`), 8-px blocks.
@@ -55,4 +60,8 @@ def get_sweep(arg=None):
     for seed in range(a.seeds):
         for name, config, overrides in arms:
             runs.append({"name": f"{name},seed={seed}", "config": config, "overrides": {"seed": seed, **overrides}})
+    # J4 over permutations: permutation k for seed k; seed 0 is vit_permuted8,seed=0 (permutation 0) itself.
+    runs += [{"name": f"vit_permuted8pi,seed={seed}", "config": vit,
+              "overrides": {"seed": seed, "data.permute_patches": True, "data.permutation_seed": seed}}
+             for seed in range(1, a.seeds)]
     return {"config": vit, "overrides": {"data.root": a.root, "data.num_classes": 100}, "runs": runs}

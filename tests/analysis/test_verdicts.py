@@ -1,5 +1,7 @@
 """Representation verdict measures (vit_jax_struct/analysis/verdicts.py) on matrices with known answers."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -104,3 +106,45 @@ def test_analysis_plan_reanalyses_only_runs_with_a_checkpoint_and_never_swaps_th
     no_ref = {"posemb": {"locality_null": {"mean": 0.0}}}
     assert plan(no_ref, "full1", run_has_checkpoint=True, ref_has_checkpoint=False) == (False, None)
     assert plan({"posemb": {}}, None, run_has_checkpoint=True, ref_has_checkpoint=False) == (True, None)
+
+
+def test_r7_r8_pairs_use_retrained_baselines_only_where_the_archived_ones_cannot_pair():
+    # Archived full-data runs (no checkpoints) were analysed against each other; gap0 too. gap1 and gap2 came later
+    # and could meet only the retrained references r2 and r0, so their pairs' baselines are r1 and r2 (each analysed
+    # against the same retrained reference as the GAP model of its seed).
+    base = {0: "full0", 1: "full1", 2: "full2"}
+    refs = {0: "r0", 1: "r1", 2: "r2"}
+    results = {"full0": _cka_result(0.80, "full1"), "full1": _cka_result(0.70, "full2"),
+               "full2": _cka_result(0.75, "full0"), "r0": _cka_result(0.79, "r1"), "r1": _cka_result(0.71, "r2"),
+               "r2": _cka_result(0.74, "r0"), "gap0": _cka_result(0.60, "full1"), "gap1": _cka_result(0.55, "r2"),
+               "gap2": _cka_result(0.50, "r0")}
+    arm = {0: "gap0", 1: "gap1", 2: "gap2"}
+    used: list = []
+    t, b = verdicts._paired_cka(arm, base, results, refs, used)
+    assert (t, b) == ([0.60, 0.55, 0.50], [0.80, 0.71, 0.74])
+    assert used == ["r1", "r2", "r0"]  # every retrained run that enters a pair, in first use
+    # Without the retrained runs the later pairs cannot be formed: a mismatch, never a silent swap.
+    with pytest.raises(ValueError, match="different references"):
+        verdicts._paired_cka(arm, base, results)
+
+
+def test_reference_run_takes_the_retrained_run_only_when_the_archived_one_has_no_checkpoint(tmp_path):
+    def run(name, ckpt):
+        os.makedirs(tmp_path / name / "checkpoints" / ("100" if ckpt else "tmp"))
+        return str(tmp_path / name)
+
+    base = {0: run("full0", False), 1: run("full1", False), 2: run("full2", True)}
+    refs = {0: run("r0", True), 1: run("r1", True)}
+    assert verdicts.reference_run(0, base, refs) == refs[1]  # archived full1 has no checkpoint
+    assert verdicts.reference_run(1, base, refs) == base[2]  # full2 still has one: kept
+    assert verdicts.reference_run(2, base, refs) == refs[0]
+    assert verdicts.reference_run(2, base, None) == base[0]  # no retrained runs: the archived reference
+
+
+def test_own_permutation_runs_take_permutation_k_for_seed_k_and_never_another_grain():
+    std = ("standard", "token", "-")
+    arms = {(*std, "patch", 1.0): {0: "a0", 1: "a1", 2: "a2"}, (*std, "patch, π seed 1", 1.0): {1: "b1"},
+            (*std, "patch, π seed 2", 1.0): {2: "b2"}, (*std, "sub-patch", 1.0): {0: "c0"},
+            (*std, "patch, π seed 3", 1.0): {0: "d0"}, ("standard", "gap", "-", "patch", 1.0): {0: "e0"}}
+    assert verdicts.own_permutation_runs(arms) == {0: "a0", 1: "b1", 2: "b2"}
+    assert verdicts.own_permutation_runs({(*std, "patch", 1.0): {0: "a0", 1: "a1"}}) == {0: "a0"}

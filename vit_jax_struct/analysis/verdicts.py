@@ -10,7 +10,8 @@ values of each judged row (`catalog.JUDGEMENTS`):
 
 - J4: the locality of the posemb similarity after π⁻¹ (Spearman ρ of cosine similarity vs grid distance; negative =
   local) minus its null (the mean over 200 random re-indexings of the same posemb), per permuted-patch run; J4order:
-  the same after π⁻¹ minus in token order (the paper's contrast: unstructured before, local after);
+  the same after π⁻¹ minus in token order (the paper's contrast: unstructured before, local after); both for the
+  arm that shares one permutation and, where the sweep has it, over one permutation per seed (`own_permutation_runs`);
 - R4: the CKA split at the ablated block b — mean CKA within blocks < b and within blocks ≥ b, minus mean CKA
   between the two groups — of the skip-ablated runs against the intact ones;
 - R5: the localization margin — the CKA of each final-block output token with its own input patch minus its mean
@@ -28,6 +29,9 @@ values of each judged row (`catalog.JUDGEMENTS`):
   R6 — the 10-shot ridge-probe accuracy of the pre-logits on the digits (`fewshot/digits_10shot` of the run's last
   evaluation; a task the model never saw); R7 — the last-block CKA of the subset model (seed s) with the full-data
   model of seed s′ ≠ s, against full data (s) vs full data (s′), paired on the reference s′.
+
+`--refs=ROOT`: baseline runs of the same sweep trained again (their archived originals kept no checkpoint); R7/R8
+pairs whose reference has no checkpoint use them (`reference_run`, `_paired_cka`), and the note says so.
 
 Every comparison names its sweep (data set, model, step budget), so verdict files of several sweeps can be read
 together.
@@ -219,30 +223,49 @@ def analysis_plan(got: dict | None, ref: str | None, run_has_checkpoint: bool,
 BASE = ("standard", "token", "-", "none", 1.0)  # the baseline arm: CLS, standard attention, intact, all the data
 
 
-def ensure_analyses(arms: dict, num_examples: int, batch: int) -> dict:
+def reference_run(seed: int, base: dict, refs: dict | None = None) -> str | None:
+    """The reference of a model of seed `seed` for R7/R8 (`cross_seed_reference` over the baseline arm `base`); where
+    that run has no checkpoint (archived) and `refs` (`{seed: workdir}` of the same baseline runs trained again,
+    `--refs`) has the same seed's run with one, that retrained run instead; else the archived run (None: none)."""
+    ref = cross_seed_reference(seed, base)
+    if ref is None or not refs:
+        return ref
+    from vit_jax_struct.analysis import run as analysis_run
+
+    other = {w: s for s, w in base.items()}[ref]
+    if not analysis_run.has_checkpoint(ref) and other in refs and analysis_run.has_checkpoint(refs[other]):
+        return refs[other]
+    return ref
+
+
+def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None = None) -> dict:
     """Runs the analysis of every run that lacks it (CLS and GAP runs against the baseline CLS run of the next
+    seed, `reference_run`) and of the retrained baseline runs `refs` (each against the retrained run of the next
     seed); returns `{workdir: analysis.json dict}`."""
     from vit_jax_struct.analysis import run as analysis_run
 
     base = arms.get(BASE, {})
+    todo_list = [(key, seed, workdir) for key, by_seed in arms.items() for seed, workdir in sorted(by_seed.items())]
+    todo_list += [("refs", seed, workdir) for seed, workdir in sorted((refs or {}).items())]
     out = {}
-    for key, by_seed in arms.items():
-        for seed, workdir in sorted(by_seed.items()):
-            ref = None
-            if key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none":
-                # R7/R8: a CLS, GAP or subset model of seed s against the full-data CLS model of the next seed s′.
-                ref = cross_seed_reference(seed, base)
-            path = storage.join(workdir, "analysis", "analysis.json")
-            got = json.loads(storage.read_text(path)) if storage.exists(path) else None
-            todo, compare = analysis_plan(got, ref, run_has_checkpoint=analysis_run.has_checkpoint(workdir),
-                                          ref_has_checkpoint=ref is not None and analysis_run.has_checkpoint(ref))
-            if todo:
-                print(f"[verdicts] analysing {workdir}" + (f" against {compare}" if compare else "")
-                      + (f" (the reference {ref} has no checkpoint: no cross-seed CKA)" if ref and not compare else ""),
-                      flush=True)
-                got = analysis_run.analyze(workdir, compare=compare, num_examples=num_examples, batch=batch,
-                                           probes=False)  # the verdicts use no probe
-            out[workdir] = got
+    for key, seed, workdir in todo_list:
+        ref = None
+        if key == "refs":
+            ref = cross_seed_reference(seed, refs)
+        elif key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none":
+            # R7/R8: a CLS, GAP or subset model of seed s against the full-data CLS model of the next seed s′.
+            ref = reference_run(seed, base, refs)
+        path = storage.join(workdir, "analysis", "analysis.json")
+        got = json.loads(storage.read_text(path)) if storage.exists(path) else None
+        todo, compare = analysis_plan(got, ref, run_has_checkpoint=analysis_run.has_checkpoint(workdir),
+                                      ref_has_checkpoint=ref is not None and analysis_run.has_checkpoint(ref))
+        if todo:
+            print(f"[verdicts] analysing {workdir}" + (f" against {compare}" if compare else "")
+                  + (f" (the reference {ref} has no checkpoint: no cross-seed CKA)" if ref and not compare else ""),
+                  flush=True)
+            got = analysis_run.analyze(workdir, compare=compare, num_examples=num_examples, batch=batch,
+                                       probes=False)  # the verdicts use no probe
+        out[workdir] = got
     return out
 
 
@@ -271,7 +294,17 @@ PAIRED_NOTE = ("paired t on seeds: the treatment model of seed s (a subset or GA
                "repeat it, and that seed is dropped)")
 
 
-def _paired_cka(arm: dict, base: dict, results: dict) -> tuple[list[float], list[float]]:
+def _refs_note(used: list) -> str:
+    """The note's sentence on retrained baseline runs used by R7/R8 pairs (empty if none)."""
+    if not used:
+        return ""
+    return ("; pairs whose archived baseline runs have no checkpoint use those runs trained again with the same "
+            "config (" + ", ".join(used) + "; the same config as the archived runs, not bit for bit the same "
+            "models): both models of such a pair meet the same retrained reference")
+
+
+def _paired_cka(arm: dict, base: dict, results: dict, refs: dict | None = None,
+                used: list | None = None) -> tuple[list[float], list[float]]:
     """R7/R8 pairs: per seed s present in both arms (both analysed against the same reference, the full-data CLS
     run of `cross_seed_reference(s)`), the last-block CKA of the arm's model and of the full-data model of seed s;
     two lists in seed order.
@@ -280,27 +313,88 @@ def _paired_cka(arm: dict, base: dict, results: dict) -> tuple[list[float], list
     the cyclic references give the pair {0, 1} twice (0 → 1 and 1 → 0), one number counted as two. A pair of seeds
     whose baseline pair was already used is therefore dropped (never pseudo-replicated); with three or more seeds the
     cyclic pairs are all distinct.
+
+    `refs` (`{seed: workdir}`, the baseline runs trained again, `reference_run`): where the arm's model of seed s was
+    compared with a retrained reference, the baseline of the pair is the retrained model of seed s compared with that
+    same reference (both models of the pair meet one reference); the retrained runs used are appended to `used`.
+
+    Raises:
+      ValueError: the two models of a pair were analysed against different references.
     """
-    t, b, used = [], [], set()
-    seed_of = {w: s for s, w in base.items()}
+    t, b, pairs = [], [], set()
+    seed_of = {w: s for s, w in [*base.items(), *(refs or {}).items()]}
     for s in sorted(set(arm) & set(base)):
         rt, rb = results[arm[s]], results[base[s]]
-        if "cka_across" in rt and "cka_across" in rb:
-            if rt["cka_across"]["other"] != rb["cka_across"]["other"]:
+        if "cka_across" not in rt:
+            continue
+        other = rt["cka_across"]["other"]
+        if refs and s in refs and rb.get("cka_across", {}).get("other") != other \
+                and results.get(refs[s], {}).get("cka_across", {}).get("other") == other:
+            rb = results[refs[s]]
+            if used is not None:
+                used += [w for w in (refs[s], other) if w not in used]
+        if "cka_across" in rb:
+            if other != rb["cka_across"]["other"]:
                 raise ValueError(f"{arm[s]} and {base[s]} were analysed against different references "
-                                 f"({rt['cka_across']['other']} vs {rb['cka_across']['other']}); delete their "
-                                 "analysis/ folders and rerun")
-            pair = frozenset((s, seed_of.get(rb["cka_across"]["other"], rb["cka_across"]["other"])))
-            if pair in used:
+                                 f"({other} vs {rb['cka_across']['other']}); delete their analysis/ folders and "
+                                 "rerun")
+            pair = frozenset((s, seed_of.get(other, other)))
+            if pair in pairs:
                 continue
-            used.add(pair)
+            pairs.add(pair)
             t.append(_last_block_cka(rt))
             b.append(_last_block_cka(rb))
     return t, b
 
 
-def verdict_inputs(arms: dict, results: dict) -> list[dict]:
-    """The per-seed values of J4, R2, R4, R5, R6, R7 and R8 (`report.verdicts_from_file` format)."""
+def own_permutation_runs(arms: dict) -> dict:
+    """`{seed: workdir}` of the patch-grain permuted ViT runs (CLS, standard attention, no ablation, all the data)
+    whose permutation seed equals their initialization seed (`report._permutation`: "patch" is permutation 0,
+    "patch, π seed k" permutation k): J4 over permutations, one permutation per seed. Seed 0 is the shared arm's
+    seed-0 run (the same effective config), seeds k ≥ 1 come from the arm "patch, π seed k"."""
+    out = {}
+    for key, by_seed in arms.items():
+        if key[:3] != BASE[:3] or key[4] != 1.0 or not key[3].startswith("patch"):
+            continue
+        if key[3] == "patch":
+            pi = 0
+        elif key[3].startswith("patch, π seed "):
+            pi = int(key[3].rsplit(" ", 1)[1])
+        else:  # another grain
+            continue
+        if pi in by_seed:
+            out[pi] = by_seed[pi]
+    return out
+
+
+def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "") -> list[dict]:
+    """J4 and J4order from the analyses `res` of the permuted runs `runs` (one per seed): the posemb locality after
+    π⁻¹ minus its null, and after π⁻¹ minus in token order (Spearman ρ; negative = local), one-sample t on 0."""
+    ok = [(w, r) for w, r in zip(runs, res) if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
+    runs = [w for w, _ in ok]
+    pos = [r["posemb"] for _, r in ok]
+    vals = [p["locality_spearman"] - p["locality_null"]["mean"] for p in pos]
+    before = [p["locality_spearman_token_order"] - p["locality_null"]["mean"] for p in pos]
+    perms = [str(json.loads(storage.read_text(storage.join(w, "config.json"))).get("data", {}).get(
+        "permutation_seed", 0)) for w in runs]
+    shared = len(set(perms)) == 1
+    return [{"key": "J4", "comparison": f"patches permuted (blocks of the patch size), {what}: locality after π⁻¹ − "
+             f"null{label}", "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs,
+             "baseline_label": "its null, subtracted per seed",
+             "note": "before π⁻¹ (in token order) the locality minus the same null is already "
+             + ", ".join(f"{v:+.3f}" for v in before) + " per seed; data.permutation_seed per seed: "
+             + ", ".join(perms) + (" (one shared permutation: n counts initializations, not permutations)" if shared
+                                   else " (a permutation per seed: n counts permutations and initializations)")
+             + ". J4order, after π⁻¹ against token order, is the stricter test"},
+            {"key": "J4order", "comparison": f"patches permuted (blocks of the patch size), {what}: locality after "
+             f"π⁻¹ − in token order{label}", "treatment": [p["locality_spearman"] - p["locality_spearman_token_order"]
+                                                   for p in pos],
+             "null": 0.0, "method": "one-sample", "runs": runs, "baseline_label": "token order, subtracted per seed"}]
+
+
+def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[dict]:
+    """The per-seed values of J4, R2, R4, R5, R6, R7 and R8 (`report.verdicts_from_file` format); `refs`: the
+    retrained baseline runs that R7/R8 pairs may use (`_paired_cka`)."""
     base = arms.get(BASE, {})
     base_runs = [base[s] for s in sorted(base)]
     label = f" ({sweep_label(base_runs[0])})" if base_runs else ""
@@ -322,34 +416,16 @@ def verdict_inputs(arms: dict, results: dict) -> list[dict]:
                 out.append({"key": "R6",
                             "comparison": f"{pct} vs 100 % of the pretraining data: 10-shot digits{label}",
                             "treatment": shots_t, "baseline": shots_b, "method": "welch", "runs": runs + base_runs})
-            t, b = _paired_cka(by_seed, base, results)
+            used: list = []
+            t, b = _paired_cka(by_seed, base, results, refs, used)
             out.append({"key": "R7", "comparison": f"{pct} subset vs full data: last-block CKA with a full-data model "
                         f"of another seed, paired on that reference{label}", "treatment": t, "baseline": b,
-                        "method": "paired", "runs": runs + base_runs, "note": PAIRED_NOTE})
+                        "method": "paired", "runs": runs + base_runs + used, "note": PAIRED_NOTE + _refs_note(used)})
             continue
         if key[4] < 1.0:
             continue
         if key[3] == "patch" and key[:3] == BASE[:3]:  # π⁻¹ re-indexes the posemb grid only at the patch grain
-            vals = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_null"]["mean"] for r in res
-                    if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
-            before = [r["posemb"]["locality_spearman_token_order"] - r["posemb"]["locality_null"]["mean"]
-                      for r in res if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
-            perms = [str(json.loads(storage.read_text(storage.join(w, "config.json"))).get("data", {}).get(
-                "permutation_seed", 0)) for w in runs]
-            out.append({"key": "J4", "comparison": "patches permuted (blocks of the patch size): locality after π⁻¹ − "
-                        f"null{label}",
-                        "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs,
-                        "baseline_label": "its null, subtracted per seed",
-                        "note": "before π⁻¹ (in token order) the locality minus the same null is already "
-                        + ", ".join(f"{v:+.3f}" for v in before) + " per seed; data.permutation_seed per seed: "
-                        + ", ".join(perms) + (" (one shared permutation: n counts initializations, not "
-                                              "permutations)" if len(set(perms)) == 1 else "")
-                        + ". J4order, after π⁻¹ against token order, is the stricter test"})
-            order = [r["posemb"]["locality_spearman"] - r["posemb"]["locality_spearman_token_order"] for r in res
-                     if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
-            out.append({"key": "J4order", "comparison": "patches permuted (blocks of the patch size): locality after "
-                        f"π⁻¹ − in token order{label}", "treatment": order, "null": 0.0, "method": "one-sample",
-                        "runs": runs, "baseline_label": "token order, subtracted per seed"})
+            out += j4_inputs(runs, res, "one shared permutation", label)
         if key[2] != "-" and key[:2] == BASE[:2] and key[3] == "none" and base:
             block = int(key[2].split(":")[0].split(",")[0])
             split = lambda r: cka_split(r["cka"]["matrix"], r["cka"]["layers"], block)  # noqa: E731
@@ -363,10 +439,16 @@ def verdict_inputs(arms: dict, results: dict) -> list[dict]:
                         "treatment": [margin(r) for r in res],
                         "baseline": [margin(results[w]) for w in base_runs], "method": "welch",
                         "runs": runs + base_runs})
-            t, b = _paired_cka(by_seed, base, results)
+            used = []
+            t, b = _paired_cka(by_seed, base, results, refs, used)
             out.append({"key": "R8", "comparison": f"GAP vs CLS: last-block CKA with a CLS model of another seed, "
                         f"paired on that reference{label}", "treatment": t, "baseline": b, "method": "paired",
-                        "runs": runs + base_runs, "note": PAIRED_NOTE})
+                        "runs": runs + base_runs + used, "note": PAIRED_NOTE + _refs_note(used)})
+    own = own_permutation_runs(arms)
+    if set(own) - {0}:  # the per-seed-permutation arm exists: J4 over permutations
+        seeds = sorted(own)
+        out += j4_inputs([own[s] for s in seeds], [results[own[s]] for s in seeds],
+                         "a permutation per seed", label)
     return out
 
 
@@ -374,6 +456,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", required=True, help="a sweep root (local or gs://)")
     ap.add_argument("--out", required=True, help="the verdicts.json to write")
+    ap.add_argument("--refs", action="append", default=[],
+                    help="a root of baseline runs (full-data CLS) trained again with the sweep's configs, with "
+                    "checkpoints: R7/R8 use them where the archived baseline runs have none (repeatable)")
     ap.add_argument("--analysis_examples", type=int, default=1024)
     ap.add_argument("--analysis_batch", type=int, default=256)
     args = ap.parse_args(argv)
@@ -385,8 +470,11 @@ def main(argv=None) -> int:
         print(f"error: no finished baseline ViT run (CLS, standard attention, unpermuted) below {args.runs}",
               file=sys.stderr)
         return 1
-    results = ensure_analyses(arms, args.analysis_examples, args.analysis_batch)
-    rows = verdict_inputs(arms, results)
+    refs = {}
+    for root in args.refs:
+        refs.update(find_arms(root).get(BASE, {}))
+    results = ensure_analyses(arms, args.analysis_examples, args.analysis_batch, refs)
+    rows = verdict_inputs(arms, results, refs)
     base = arms[BASE]
     rows += r1_inputs(ensure_cross_cka(base, find_resnets(args.runs), args.analysis_examples, args.analysis_batch),
                       f" ({sweep_label(base[min(base)])})")
