@@ -81,6 +81,11 @@ def test_row_status_combines_the_claims_comparisons_and_checks_are_never_reprodu
     assert report.row_status("R6", [v("R6", "reproduced"), v("R6", "inconclusive")]) == (
         "inconclusive", "1 of 2 comparisons reproduced")
     assert report.row_status("J4", [v("J4", "reproduced"), v("J4order", "contradicts")])[0] == "contradicts"
+    # J4 has two designs (one shared permutation; one per seed), each against its null and token order
+    assert report.row_status("J4", [v("J4", "reproduced"), v("J4order", "reproduced")]) == (
+        "inconclusive", "2 of 4 comparisons reproduced, 2 not yet run")
+    assert report.row_status("J4", [v(k, "reproduced") for k in ("J4", "J4order", "J4pi", "J4piorder")]) == (
+        "reproduced", "4 of 4 comparisons reproduced")
     # controls, checks and exploratory measures are not the row's claim: J2+ alone leaves J2 not run
     assert report.row_status("J2", [v("J2+", "reproduced")]) == ("not run", "")
     assert report.row_status("J5", [v("J5", "inconclusive"), v("J5sets", "reproduced"), v("J5err", "reproduced")]) \

@@ -367,9 +367,11 @@ def own_permutation_runs(arms: dict) -> dict:
     return out
 
 
-def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "") -> list[dict]:
-    """J4 and J4order from the analyses `res` of the permuted runs `runs` (one per seed): the posemb locality after
-    π⁻¹ minus its null, and after π⁻¹ minus in token order (Spearman ρ; negative = local), one-sample t on 0."""
+def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "",
+              keys: tuple[str, str] = ("J4", "J4order")) -> list[dict]:
+    """J4 and J4order (or the `keys` given: J4pi, J4piorder for one permutation per seed) from the analyses `res` of
+    the permuted runs `runs` (one per seed): the posemb locality after π⁻¹ minus its null, and after π⁻¹ minus in
+    token order (Spearman ρ; negative = local), one-sample t on 0."""
     ok = [(w, r) for w, r in zip(runs, res) if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
     runs = [w for w, _ in ok]
     pos = [r["posemb"] for _, r in ok]
@@ -378,15 +380,15 @@ def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "") -> l
     perms = [str(json.loads(storage.read_text(storage.join(w, "config.json"))).get("data", {}).get(
         "permutation_seed", 0)) for w in runs]
     shared = len(set(perms)) == 1
-    return [{"key": "J4", "comparison": f"patches permuted (blocks of the patch size), {what}: locality after π⁻¹ − "
+    return [{"key": keys[0], "comparison": f"patches permuted (blocks of the patch size), {what}: locality after π⁻¹ − "
              f"null{label}", "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs,
              "baseline_label": "its null, subtracted per seed",
              "note": "before π⁻¹ (in token order) the locality minus the same null is already "
              + ", ".join(f"{v:+.3f}" for v in before) + " per seed; data.permutation_seed per seed: "
              + ", ".join(perms) + (" (one shared permutation: n counts initializations, not permutations)" if shared
                                    else " (a permutation per seed: n counts permutations and initializations)")
-             + ". J4order, after π⁻¹ against token order, is the stricter test"},
-            {"key": "J4order", "comparison": f"patches permuted (blocks of the patch size), {what}: locality after "
+             + f". {keys[1]}, after π⁻¹ against token order, is the stricter test"},
+            {"key": keys[1], "comparison": f"patches permuted (blocks of the patch size), {what}: locality after "
              f"π⁻¹ − in token order{label}", "treatment": [p["locality_spearman"] - p["locality_spearman_token_order"]
                                                    for p in pos],
              "null": 0.0, "method": "one-sample", "runs": runs, "baseline_label": "token order, subtracted per seed"}]
@@ -448,7 +450,7 @@ def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[
     if set(own) - {0}:  # the per-seed-permutation arm exists: J4 over permutations
         seeds = sorted(own)
         out += j4_inputs([own[s] for s in seeds], [results[own[s]] for s in seeds],
-                         "a permutation per seed", label)
+                         "a permutation per seed", label, keys=("J4pi", "J4piorder"))
     return out
 
 
