@@ -42,10 +42,12 @@ VERDICTS8 = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar10_gri
              "--out=docs/results/analysis/verdicts_grid8.json")
 GRID8 = ("none on the 8×8 grid at this scale (`configs/sweeps/cifar10_grid8.py`: its positional, GAP and data-size "
          "arms are complete, 3 seeds each, 2,000 steps; ≈ 12–30 min a run alone on 2 CPU cores, by machine)")
-R8_GRID8 = ("R8 on the 8×8 grid has one seed pair: GAP seeds 1–2 were trained after the full-data models' checkpoints "
-            "(their cross-seed references, seeds 2 and 0) were lost with a machine reset, so only seed 0 has the "
-            "paired CKA; retraining those two references (a new training is not bitwise the old one on another "
-            "CPU) and re-analysing both arms against them would give n = 3")
+R8_GRID8 = ("R8 on the 8×8 grid: GAP seeds 1–2 were trained after the full-data models' checkpoints were lost with a "
+            "machine reset, so the three full-data runs were trained again with the same configs (listed in runs.csv "
+            "as duplicates of the archived ones; not bit for bit the same models: the final accuracy and 10-shot "
+            "accuracy are equal, the logged losses and gradient norms within 7e-6 relative) and the pairs of seeds "
+            "1–2 use them, both models of a pair against the same retrained reference (`verdicts --refs`); seed 0's "
+            "pair is the archived one")
 GRID8_DONE = ("the 8×8-grid data-size arms are complete (10 / 30 / 100 %, 3 seeds each, "
               "`configs/sweeps/cifar10_grid8.py`)")
 SCALE_NOTE = ("The empirical verdicts come from runs on 2 CPU cores, far below the papers' budgets: on CIFAR-100 a ViT "

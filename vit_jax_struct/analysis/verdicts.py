@@ -298,8 +298,9 @@ def _refs_note(used: list) -> str:
     """The note's sentence on retrained baseline runs used by R7/R8 pairs (empty if none)."""
     if not used:
         return ""
+    names = ["/".join(str(w).rstrip("/").split("/")[-2:]) for w in used]  # <root>/<run>: the same from the archive
     return ("; pairs whose archived baseline runs have no checkpoint use those runs trained again with the same "
-            "config (" + ", ".join(used) + "; the same config as the archived runs, not bit for bit the same "
+            "config (" + ", ".join(names) + "; the same config as the archived runs, not bit for bit the same "
             "models): both models of such a pair meet the same retrained reference")
 
 
