@@ -179,7 +179,9 @@ ROWS = (
         "analysis: `posemb` similarity + locality, re-indexed by `permutation.json`",
         f"{SWEEP100} --only=vit_ && {VERDICTS}",
         f"{JELASSI_VIT_P2} --config.data.permute_patches=True --workdir=RUN && {ANALYZE}",
-        plots=("docs/results/runs/cifar100/vit_permuted8,seed=0/analysis/posemb_similarity.png",),
+        plots=("docs/results/runs/cifar100/vit_permuted8,seed=0/analysis/posemb_similarity.png",
+               "docs/results/runs/cifar100/vit_permuted8pi,seed=1/analysis/posemb_similarity_token_order.png",
+               "docs/results/runs/cifar100/vit_permuted8pi,seed=1/analysis/posemb_similarity.png"),
         results=("docs/results/scoreboard.md",),
         pending="the paper's setting: a ViT trained to convergence on permuted CIFAR-100 (their Fig. 5 ViT has 2-px "
                 "patches), with the similarity maps of every seed. Two designs here: 3 initializations of one "

@@ -25,7 +25,7 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
     res = run.analyze(vit_dir, compare=cnn_dir, num_examples=96, batch=32, probe_train_examples=120)
     out = os.path.join(vit_dir, "analysis")
     for f in ("cka.png", "cka_vs_cnn.png", "attention_distance.png", "posemb_similarity.png", "localization.png",
-              "probes.png", "skip_norms.png", "report.md", "analysis.json"):
+              "probes.png", "skip_norms.png", "report.md", "analysis.json", "posemb_similarity_token_order.png"):
         assert os.path.getsize(os.path.join(out, f)) > 0, f
     with open(os.path.join(out, "analysis.json")) as f:
         saved = json.load(f)

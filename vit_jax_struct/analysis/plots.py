@@ -277,6 +277,7 @@ def report(results: dict, out_dir: str) -> str:
         lines += [f"Locality (Spearman of similarity vs grid distance): {p['locality_spearman']:.3f}"
                   + (f" after π⁻¹ re-indexing ({p['locality_spearman_token_order']:.3f} in token order)"
                      if p["reindexed_by_inverse_permutation"] else ""), ""]
+        img("posemb_similarity_token_order.png", "Positional-embedding similarity in token order (not re-indexed)")
     if img("localization.png", "Localization"):
         lines += [f"Own patch is the best-matching location for "
                   f"{results['localization']['own_patch_fraction']:.1%} of output tokens.", ""]

@@ -12,7 +12,8 @@ the model, and writes into `RUN/analysis/`:
   `cka_vs_<other>.png` across two models when `--compare` is given (the same images go to both);
 - `attention_distance.png`: mean attention distance per head, heads sorted per block (Raghu et al. Fig. 3);
 - `posemb_similarity.png`: cosine-similarity maps of the learned posemb (Jelassi et al. Fig. 1), re-indexed by
-  π⁻¹ for a run on permuted patches, with the locality score;
+  π⁻¹ for a run on permuted patches, with the locality score; for such a run also
+  `posemb_similarity_token_order.png`, the same maps in token order (as trained, not re-indexed);
 - `localization.png`: CKA of output tokens with input patches (Raghu et al. §6);
 - `probes.png`: per-layer ridge probes (k-shot and full) on the CLS token and the mean of patch tokens (and, in
   the JSON, one probe per token position of the last block: all positions up to 17, else CLS + 16 spread evenly);
@@ -378,6 +379,11 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
                 perm = None
             raw_score = posemb.locality_score(pe, grid)
             if perm is not None:
+                # The paper's contrast (Jelassi et al. §6): the maps as trained (token order) beside the re-indexed ones.
+                plots.posemb_similarity(posemb.cosine_similarity(pe), grid,
+                                        storage.join(out_dir, "posemb_similarity_token_order.png"),
+                                        f"posemb cosine similarity in token order (not re-indexed); "
+                                        f"locality {raw_score:.2f}")
                 pe = posemb.reindex(pe, perm["inverse"])
             results["posemb"] = {"locality_spearman": posemb.locality_score(pe, grid),
                                  "locality_spearman_token_order": raw_score, "reindexed_by_inverse_permutation":
