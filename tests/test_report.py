@@ -198,6 +198,12 @@ def test_report_writes_training_curve_pngs(tmp_path, monkeypatch):
     assert report.main(["--runs", root, "--out", out]) == 0
     assert drawn[comparison] == ["baseline: base0", "baseline: base1", "treatment: gap0", "treatment: gap1"]
     assert drawn["base0.png"] == ["base0"]
+    # A run of the same name in a second sweep (trained again there): each file is named with its sweep.
+    again = str(tmp_path / "again")
+    _curve_run(again, "base0")
+    drawn.clear()
+    assert report.main(["--runs", root, "--runs", again, "--out", out]) == 0
+    assert drawn["runs_base0.png"] == drawn["again_base0.png"] == ["base0"] and "base0.png" not in drawn
 
 
 

@@ -42,10 +42,10 @@ VERDICTS8 = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar10_gri
              "--out=docs/results/analysis/verdicts_grid8.json")
 GRID8 = ("none on the 8×8 grid at this scale (`configs/sweeps/cifar10_grid8.py`: its positional, GAP and data-size "
          "arms are complete, 3 seeds each, 2,000 steps; ≈ 12–30 min a run alone on 2 CPU cores, by machine)")
-R8_GRID8 = ("R8 on the 8×8 grid: GAP seeds 1–2 were trained after the full-data models' checkpoints were lost with a "
+R8_GRID8 = ("Provenance of R8 on the 8×8 grid: GAP seeds 1–2 were trained after the full-data models' checkpoints were lost with a "
             "machine reset, so the three full-data runs were trained again with the same configs (listed in runs.csv "
-            "as duplicates of the archived ones; not bit for bit the same models: the final accuracy and 10-shot "
-            "accuracy are equal, the logged losses and gradient norms within 7e-6 relative) and the pairs of seeds "
+            "as duplicates of the archived ones; not bit for bit the same models: final accuracy and 10-shot accuracy "
+            "equal, the logged losses, gradient norms and evaluations within 2e-4 relative) and the pairs of seeds "
             "1–2 use them, both models of a pair against the same retrained reference (`verdicts --refs`); seed 0's "
             "pair is the archived one")
 GRID8_DONE = ("the 8×8-grid data-size arms are complete (10 / 30 / 100 %, 3 seeds each, "
@@ -187,7 +187,9 @@ ROWS = (
                 "patches), with the similarity maps of every seed. Two designs here: 3 initializations of one "
                 "permutation (J4, J4order) and one permutation per seed (J4pi, J4piorder: `data.permutation_seed`, "
                 "the sweep's `vit_permuted8pi` arm); J4order and J4piorder, the paper's own contrast (unstructured in "
-                "token order, local after π⁻¹), are the stricter tests"),
+                "token order, local after π⁻¹), are the stricter tests. The maps in token order "
+                "(`posemb_similarity_token_order.png`) exist only for runs analysed since they were added "
+                "(`vit_permuted8pi` seeds 1–2); the archived runs without checkpoints keep the re-indexed maps"),
     Row("J5", JELASSI, "§4 (population-risk result)", "one-layer ViT, population risk, gradient descent",
         "with spatially structured data, GD on the population risk generalizes and learns the patch association "
         "(the positional attention gets the partition's block structure)", "test error ≈ 3 %; learned A with high "
@@ -325,8 +327,8 @@ ROWS = (
         f"--workdir=RUN && {ANALYZE} --compare=CLS_RUN",
         plots=("docs/results/runs/cifar100/vit_gap,seed=0/analysis/cka_vs_vit_original,seed=1.png",),
         results=("docs/results/scoreboard.md",),
-        pending=(f"{R8_GRID8}; the paper: ViT-B/32 GAP vs CLS on JFT. The judged metric is the last block's CKA "
-                 "(where the paper finds the difference); earlier blocks are not judged"))
+        pending=("the paper's setting: ViT-B/32 GAP vs CLS on JFT. The judged metric is the last block's CKA "
+                 f"(where the paper finds the difference); earlier blocks are not judged. ({R8_GRID8}.)"))
 )
 
 COMPARISONS = (

@@ -281,7 +281,8 @@ def _slug(text: str) -> str:
 
 def write_curves(runs, rows, out: str) -> dict:
     """PNG training curves (train loss, eval accuracy, few-shot accuracy vs step; `analysis/plots.training_curves`):
-    `out/curves/<run>.png` per run and `out/curves/<id>_<comparison>.png` overlaying a comparison's arms.
+    `out/curves/<run>.png` per run (`<sweep>_<run>.png` where two sweeps hold runs of one name) and
+    `out/curves/<id>_<comparison>.png` overlaying a comparison's arms.
 
     Returns `{"runs": [paths], "comparisons": [(row id, comparison, path)]}`.
     """
@@ -291,10 +292,13 @@ def write_curves(runs, rows, out: str) -> dict:
     storage.makedirs(folder)
     records = {r["run"]: metrics.read_metrics(r["run"]) for r in runs}
     written = {"runs": [], "comparisons": []}
-    for r in runs:
-        name = storage.basename(r["run"])
-        path = storage.join(folder, f"{_slug(name)}.png")
-        plots.training_curves({name: records[r["run"]]}, path, f"{name} ({r['model']}, {r['dataset']})")
+    names = [storage.basename(r["run"]) for r in runs]
+    for r, name in zip(runs, names):
+        # Two sweeps may hold runs of one name (a run trained again elsewhere): those files are named with the sweep.
+        sweep = storage.basename(str(r["run"]).rstrip("/").rsplit("/", 1)[0])
+        label = f"{sweep}/{name}" if names.count(name) > 1 else name
+        path = storage.join(folder, f"{_slug(label.replace('/', '_'))}.png")
+        plots.training_curves({name: records[r["run"]]}, path, f"{label} ({r['model']}, {r['dataset']})")
         written["runs"].append(path)
     for row in rows:
         # An accuracy comparison lists its baseline runs first (`compare`): the legend says which arm is which.

@@ -298,7 +298,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
         grid = (config.data.image_size // patch,) * 2
     has_cls = is_vit and config.model.get("classifier", "token") == "token"
     summarize = make_summaries(model, is_vit=is_vit, has_cls=has_cls, grid=grid, patch=patch)
-    other = None
+    other, other_label = None, None
     if compare_config is not None:
         c2 = ml_collections.ConfigDict(compare_config.to_dict())
         c2.data, c2.pp = config.data, config.pp  # the same images and classes as the first model
@@ -314,6 +314,10 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
         _o_config, o_parts, o_vars, _ = load_run(compare)
         other = (storage.basename(compare), o_vars,
                  make_summaries(o_parts["model"], is_vit=False, has_cls=False, grams_only=True), compare)
+        parent = str(compare).rstrip("/").rsplit("/", 1)[0]
+        if parent != str(workdir).rstrip("/").rsplit("/", 1)[0]:
+            # A run of another sweep folder: the figure names that folder too (two folders may hold runs of one name).
+            other_label = f"{storage.basename(parent)}/{other[0]}"
 
     results = {"workdir": workdir, "step": step, "model": dict(config.model), "examples": 0}
     if from_file:
@@ -357,9 +361,10 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     if other is not None:
         results["cka_across"] = {"other": other[3], "layers": layer_names, "other_layers": other_names,
                                  "matrix": across.result().tolist()}
-        plots.heatmap(across.result(), layer_names, other_names, f"CKA: {title} vs {other[0]}",
+        label = other_label or other[0]
+        plots.heatmap(across.result(), layer_names, other_names, f"CKA: {title} vs {label}",
                       storage.join(out_dir, f"cka_vs_{other[0]}.png"), ylabel=f"layer of {title}",
-                      xlabel=f"layer of {other[0]}")
+                      xlabel=f"layer of {label}")
     if is_vit:
         d = dist.result()
         results["attention_distance_pixels"] = {k: v.tolist() for k, v in d.items()}

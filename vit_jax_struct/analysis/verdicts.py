@@ -298,7 +298,8 @@ def _refs_note(used: list) -> str:
     """The note's sentence on retrained baseline runs used by R7/R8 pairs (empty if none)."""
     if not used:
         return ""
-    names = ["/".join(str(w).rstrip("/").split("/")[-2:]) for w in used]  # <root>/<run>: the same from the archive
+    # <root>/<run>: the same whether the runs are read where they were analysed or from the archive (once each).
+    names = list(dict.fromkeys("/".join(str(w).rstrip("/").split("/")[-2:]) for w in used))
     return ("; pairs whose archived baseline runs have no checkpoint use those runs trained again with the same "
             "config (" + ", ".join(names) + "; the same config as the archived runs, not bit for bit the same "
             "models): both models of such a pair meet the same retrained reference")
@@ -384,8 +385,9 @@ def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "",
     return [{"key": keys[0], "comparison": f"patches permuted (blocks of the patch size), {what}: locality after π⁻¹ − "
              f"null{label}", "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs,
              "baseline_label": "its null, subtracted per seed",
-             "note": "before π⁻¹ (in token order) the locality minus the same null is already "
-             + ", ".join(f"{v:+.3f}" for v in before) + " per seed; data.permutation_seed per seed: "
+             "note": "in token order (before π⁻¹) the locality minus the same null is "
+             + ", ".join(f"{v:+.3f}" for v in before) + " per seed (negative: local already as trained); "
+             "data.permutation_seed per seed: "
              + ", ".join(perms) + (" (one shared permutation: n counts initializations, not permutations)" if shared
                                    else " (a permutation per seed: n counts permutations and initializations)")
              + f". {keys[1]}, after π⁻¹ against token order, is the stricter test"},
