@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 from vit_jax_struct import catalog, report, stats
@@ -20,6 +21,13 @@ from vit_jax_struct import catalog, report, stats
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERDICTS = os.path.join(REPO, "docs", "results", "verdicts.json")
 
+
+
+def _note_label(v: dict) -> str:
+    """Which comparison a note belongs to: its key, and its sweep where the comparison names one (the last
+    parenthesis of its label, e.g. "cifar10, ViT-Ti/4/w64d6, 2000 steps")."""
+    m = re.search(r"\(([^()]*steps)\)\s*$", v.get("comparison", ""))
+    return v["key"] + (f"; {m.group(1)}" if m else "")
 
 def load_verdicts(path: str = VERDICTS) -> list[dict]:
     """The scoreboard's verdicts with `effect` as a `stats.Effect` and the status judged again (`report.judge`)."""
@@ -162,9 +170,9 @@ def render(verdicts_path: str = VERDICTS) -> str:
                       "|---|---|---|---|---|---|"]
             for v in vs:
                 lines.append(f"| {v['comparison']} | " + " | ".join(report.verdict_cells(v)) + " |")
-            notes = [v["note"] for v in vs if v.get("note")]
+            notes = [f"Note ({_note_label(v)}): {v['note']}" for v in vs if v.get("note")]
             if notes:
-                lines += [""] + [f"Note: {n}" for n in dict.fromkeys(notes)]
+                lines += [""] + list(dict.fromkeys(notes))
         else:
             lines += ["", "Status: **not run**."]
         if row.pending:

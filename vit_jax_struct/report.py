@@ -341,7 +341,8 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
     buf = io.StringIO(newline="")
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
     w.writeheader()
-    w.writerows([{**r, "run": _display_path(r["run"])} for r in runs])
+    w.writerows([{**r, "run": _display_path(r["run"]),
+                  "duplicate_of": _display_path(r["duplicate_of"]) if r.get("duplicate_of") else ""} for r in runs])
     storage.write_text(csv_path, buf.getvalue())
     storage.write_text(storage.join(out, "verdicts.json"), json.dumps(verdicts_json(rows), indent=1))
     smoke = [r for r in runs if r.get("smoke")]

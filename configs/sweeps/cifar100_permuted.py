@@ -19,7 +19,8 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
 - `vit_permuted8pi` (seeds 1 … `seeds`−1 only): the same, but permutation `seed` for initialization `seed`
   (`data.permutation_seed`), so that J4 is also measured over permutations, not only over initializations of one
   permutation; its seed 0 would be `vit_permuted8,seed=0` again (the same effective config), which is used instead.
-  Added after J4's results existed (the shared permutation keeps some neighbourhoods). Never pooled into J2's arm:
+  Added after J4's results existed (under the shared permutation the posemb was somewhat local already in token
+  order, unexplained; one permutation could be special). Never pooled into J2's arm:
   the scoreboard labels its permutation "patch, π seed k";
 - `vit_positional` (J1: positional attention in every block, as Jelassi et al. §6), `vit_gap` (R5/R8: GAP classifier), `vit_skip3` (R3/R4:
   both residuals of block 3 of 6 removed): further catalog rows against the same `vit_original` baseline;

@@ -1,5 +1,6 @@
 """Representation verdict measures (vit_jax_struct/analysis/verdicts.py) on matrices with known answers."""
 
+import json
 import os
 
 import numpy as np
@@ -148,3 +149,43 @@ def test_own_permutation_runs_take_permutation_k_for_seed_k_and_never_another_gr
             (*std, "patch, π seed 3", 1.0): {0: "d0"}, ("standard", "gap", "-", "patch", 1.0): {0: "e0"}}
     assert verdicts.own_permutation_runs(arms) == {0: "a0", 1: "b1", 2: "b2"}
     assert verdicts.own_permutation_runs({(*std, "patch", 1.0): {0: "a0", 1: "a1"}}) == {0: "a0"}
+
+
+def test_ensure_analyses_keeps_archived_pairs_and_compares_only_the_others_with_retrained_references(tmp_path,
+                                                                                                        monkeypatch):
+    from vit_jax_struct.analysis import run as analysis_run
+
+    def run(name, ckpt, other="none"):
+        d = tmp_path / name
+        os.makedirs(d / "analysis")
+        if other != "none":  # analysed before: against `other` (None: without a cross-seed reference)
+            got = {"posemb": {"locality_null": {"mean": 0.0}}}
+            if other:
+                got["cka_across"] = {"other": str(tmp_path / other)}
+            (d / "analysis" / "analysis.json").write_text(json.dumps(got))
+        if ckpt:
+            os.makedirs(d / "checkpoints" / "100")
+        return str(d)
+
+    base = {s: run(f"full{s}", False, f"full{(s + 1) % 3}") for s in range(3)}
+    gap = {0: run("gap0", True, "full1"),  # still has its checkpoint, paired with the archived full1: kept
+           1: run("gap1", True, None)}     # analysed when full2 had no checkpoint left: compared with r2 now
+    refs = {s: run(f"r{s}", True) for s in range(3)}
+    calls = []
+    monkeypatch.setattr(analysis_run, "analyze", lambda w, compare, **kw: calls.append((w, compare)) or {
+        "cka_across": {"other": compare}})
+    got = verdicts.ensure_analyses({verdicts.BASE: base, ("standard", "gap", "-", "none", 1.0): gap}, 8, 8, refs)
+    assert sorted(calls) == sorted([(gap[1], refs[2]), (refs[0], refs[1]), (refs[1], refs[2]), (refs[2], refs[0])])
+    assert got[gap[0]]["cka_across"]["other"] == base[1]
+
+
+def test_distance_rank_kept_is_one_for_grid_symmetries_and_chance_for_random_permutations():
+    n = 16
+    assert verdicts.distance_rank_kept(np.arange(n), (4, 4)) == pytest.approx(1.0)
+    assert verdicts.distance_rank_kept(np.arange(n)[::-1], (4, 4)) == pytest.approx(1.0)  # a 180° rotation
+    transpose = np.arange(n).reshape(4, 4).T.ravel()
+    assert verdicts.distance_rank_kept(transpose, (4, 4)) == pytest.approx(1.0)
+    m, sd = verdicts.random_distance_rank_kept((4, 4), draws=300)
+    assert abs(m) < 3 * sd / np.sqrt(300) + 1e-9 and 0.03 < sd < 0.3
+    with pytest.raises(ValueError, match="permutation of the 16 positions"):
+        verdicts.distance_rank_kept([0, 0] + list(range(2, 16)), (4, 4))

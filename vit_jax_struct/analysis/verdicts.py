@@ -44,6 +44,7 @@ import json
 import sys
 
 import numpy as np
+import scipy.stats
 
 from vit_jax_struct import report, storage
 
@@ -249,14 +250,16 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None
     todo_list += [("refs", seed, workdir) for seed, workdir in sorted((refs or {}).items())]
     out = {}
     for key, seed, workdir in todo_list:
-        ref = None
-        if key == "refs":
-            ref = cross_seed_reference(seed, refs)
-        elif key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none":
-            # R7/R8: a CLS, GAP or subset model of seed s against the full-data CLS model of the next seed s′.
-            ref = reference_run(seed, base, refs)
+        ref = cross_seed_reference(seed, refs) if key == "refs" else None
         path = storage.join(workdir, "analysis", "analysis.json")
         got = json.loads(storage.read_text(path)) if storage.exists(path) else None
+        if key != "refs" and key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none":
+            # R7/R8: a CLS, GAP or subset model of seed s against the full-data CLS model of the next seed s′; an
+            # analysis already made against the archived model s′ is kept (its pair is the archived one), only a run
+            # without one is compared with the retrained s′ (`reference_run`).
+            archived = cross_seed_reference(seed, base)
+            done = (got or {}).get("cka_across", {}).get("other")
+            ref = archived if done is not None and done == archived else reference_run(seed, base, refs)
         todo, compare = analysis_plan(got, ref, run_has_checkpoint=analysis_run.has_checkpoint(workdir),
                                       ref_has_checkpoint=ref is not None and analysis_run.has_checkpoint(ref))
         if todo:
@@ -300,9 +303,10 @@ def _refs_note(used: list) -> str:
         return ""
     # <root>/<run>: the same whether the runs are read where they were analysed or from the archive (once each).
     names = list(dict.fromkeys("/".join(str(w).rstrip("/").split("/")[-2:]) for w in used))
-    return ("; pairs whose archived baseline runs have no checkpoint use those runs trained again with the same "
-            "config (" + ", ".join(names) + "; the same config as the archived runs, not bit for bit the same "
-            "models): both models of such a pair meet the same retrained reference")
+    return ("; where a model of the arm could only be compared with a retrained reference (the archived one had no "
+            "checkpoint left), its pair uses the full-data runs trained again with the same configs ("
+            + ", ".join(names) + "; not bit for bit the archived models): the pair's baseline is the retrained model "
+            "of its seed, compared with the same retrained reference")
 
 
 def _paired_cka(arm: dict, base: dict, results: dict, refs: dict | None = None,
@@ -326,18 +330,20 @@ def _paired_cka(arm: dict, base: dict, results: dict, refs: dict | None = None,
     t, b, pairs = [], [], set()
     seed_of = {w: s for s, w in [*base.items(), *(refs or {}).items()]}
     for s in sorted(set(arm) & set(base)):
-        rt, rb = results[arm[s]], results[base[s]]
+        wb = base[s]
+        rt, rb = results[arm[s]], results[wb]
         if "cka_across" not in rt:
             continue
         other = rt["cka_across"]["other"]
         if refs and s in refs and rb.get("cka_across", {}).get("other") != other \
                 and results.get(refs[s], {}).get("cka_across", {}).get("other") == other:
-            rb = results[refs[s]]
+            wb = refs[s]
+            rb = results[wb]
             if used is not None:
-                used += [w for w in (refs[s], other) if w not in used]
+                used += [w for w in (wb, other) if w not in used]
         if "cka_across" in rb:
             if other != rb["cka_across"]["other"]:
-                raise ValueError(f"{arm[s]} and {base[s]} were analysed against different references "
+                raise ValueError(f"{arm[s]} and {wb} were analysed against different references "
                                  f"({other} vs {rb['cka_across']['other']}); delete their analysis/ folders and "
                                  "rerun")
             pair = frozenset((s, seed_of.get(other, other)))
@@ -369,32 +375,74 @@ def own_permutation_runs(arms: dict) -> dict:
     return out
 
 
+def distance_rank_kept(perm, grid: tuple[int, int]) -> float:
+    """How much of the grid's geometry a patch permutation keeps: Spearman ρ between the grid distances of all
+    position pairs (i, j) and of their images (π(i), π(j)) (1: distances kept in rank, ≈ 0: a random permutation).
+
+    Args:
+      perm: `[N]` int, the permutation (`permutation.json` "perm"), N = rows × cols.
+      grid: (rows, cols) of the patch grid.
+    Raises:
+      ValueError: `perm` is not a permutation of rows × cols positions.
+    """
+    perm = np.asarray(perm)
+    n = grid[0] * grid[1]
+    if sorted(perm.tolist()) != list(range(n)):
+        raise ValueError(f"perm must be a permutation of the {n} positions of a {grid[0]}x{grid[1]} grid, got {perm}")
+    pos = np.stack(np.divmod(np.arange(n), grid[1]), axis=1)
+    d = np.hypot(*(pos[:, None, :] - pos[None, :, :]).transpose(2, 0, 1))
+    iu = np.triu_indices(n, 1)
+    return float(scipy.stats.spearmanr(d[iu], d[perm][:, perm][iu])[0])
+
+
+def random_distance_rank_kept(grid: tuple[int, int], draws: int = 2000) -> tuple[float, float]:
+    """Mean and s.d. of `distance_rank_kept` over `draws` uniform random permutations (numpy seed 0): the chance
+    level against which a permutation's kept geometry is read."""
+    rng = np.random.default_rng(0)
+    vals = [distance_rank_kept(rng.permutation(grid[0] * grid[1]), grid) for _ in range(draws)]
+    return float(np.mean(vals)), float(np.std(vals))
+
+
 def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "",
-              keys: tuple[str, str] = ("J4", "J4order")) -> list[dict]:
+              keys: tuple[str, str] = ("J4", "J4order"), shared_with: str = "") -> list[dict]:
     """J4 and J4order (or the `keys` given: J4pi, J4piorder for one permutation per seed) from the analyses `res` of
     the permuted runs `runs` (one per seed): the posemb locality after π⁻¹ minus its null, and after π⁻¹ minus in
-    token order (Spearman ρ; negative = local), one-sample t on 0."""
+    token order (Spearman ρ; negative = local), one-sample t on 0. The notes give, per seed, the locality in token
+    order against the null (in the null's s.d.s) and how much grid geometry the run's permutation keeps
+    (`distance_rank_kept`, against random permutations); `shared_with`: a sentence on runs shared with the other
+    design."""
     ok = [(w, r) for w, r in zip(runs, res) if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
     runs = [w for w, _ in ok]
     pos = [r["posemb"] for _, r in ok]
     vals = [p["locality_spearman"] - p["locality_null"]["mean"] for p in pos]
     before = [p["locality_spearman_token_order"] - p["locality_null"]["mean"] for p in pos]
+    in_sd = [b / p["locality_null"]["sd"] if p["locality_null"].get("sd") else float("nan") for b, p in zip(before, pos)]
+    order = [p["locality_spearman"] - p["locality_spearman_token_order"] for p in pos]
     perms = [str(json.loads(storage.read_text(storage.join(w, "config.json"))).get("data", {}).get(
         "permutation_seed", 0)) for w in runs]
+    kept, chance = [], ""
+    for w in runs:
+        rec = json.loads(storage.read_text(storage.join(w, "permutation.json")))
+        grid = tuple(rec["grid"])
+        kept.append(distance_rank_kept(rec["perm"], grid))
+    if kept:
+        m, sd = random_distance_rank_kept(grid)
+        chance = f" (random permutations: {m:+.3f} ± {sd:.3f})"
     shared = len(set(perms)) == 1
+    fmt = lambda xs, d=3: ", ".join(f"{x:+.{d}f}" for x in xs)  # noqa: E731
     return [{"key": keys[0], "comparison": f"patches permuted (blocks of the patch size), {what}: locality after π⁻¹ − "
              f"null{label}", "treatment": vals, "null": 0.0, "method": "one-sample", "runs": runs,
              "baseline_label": "its null, subtracted per seed",
-             "note": "in token order (before π⁻¹) the locality minus the same null is "
-             + ", ".join(f"{v:+.3f}" for v in before) + " per seed (negative: local already as trained); "
-             "data.permutation_seed per seed: "
-             + ", ".join(perms) + (" (one shared permutation: n counts initializations, not permutations)" if shared
-                                   else " (a permutation per seed: n counts permutations and initializations)")
-             + f". {keys[1]}, after π⁻¹ against token order, is the stricter test"},
+             "note": f"in token order (before π⁻¹) the locality minus the same null is {fmt(before)} per seed "
+             f"({fmt(in_sd, 1)} null s.d.s; negative: more local than chance as trained); the permutations keep grid "
+             f"distances in rank at ρ = {fmt(kept)}{chance}; data.permutation_seed per seed: " + ", ".join(perms)
+             + (" (one shared permutation: n counts initializations, not permutations)" if shared
+                else " (a permutation per seed: n counts permutations and initializations)")
+             + f". {keys[1]}, after π⁻¹ against token order, is the stricter test" + shared_with},
             {"key": keys[1], "comparison": f"patches permuted (blocks of the patch size), {what}: locality after "
-             f"π⁻¹ − in token order{label}", "treatment": [p["locality_spearman"] - p["locality_spearman_token_order"]
-                                                   for p in pos],
-             "null": 0.0, "method": "one-sample", "runs": runs, "baseline_label": "token order, subtracted per seed"}]
+             f"π⁻¹ − in token order{label}", "treatment": order, "null": 0.0, "method": "one-sample", "runs": runs,
+             "baseline_label": "token order, subtracted per seed",
+             "note": f"per seed: {fmt(order)}" + shared_with}]
 
 
 def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[dict]:
@@ -453,7 +501,9 @@ def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[
     if set(own) - {0}:  # the per-seed-permutation arm exists: J4 over permutations
         seeds = sorted(own)
         out += j4_inputs([own[s] for s in seeds], [results[own[s]] for s in seeds],
-                         "a permutation per seed", label, keys=("J4pi", "J4piorder"))
+                         "a permutation per seed", label, keys=("J4pi", "J4piorder"),
+                         shared_with=("; seed 0 is the same run as seed 0 of the shared-permutation design (J4, "
+                                      "J4order): the two designs are not independent" if 0 in own else ""))
     return out
 
 
