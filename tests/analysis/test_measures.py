@@ -128,3 +128,14 @@ def test_in_jit_measures_equal_the_numpy_ones():
     x = rng.standard_normal((6, 5, 8))
     np.testing.assert_allclose(np.asarray(jax.jit(run._gram)(x.astype(np.float32))), cka.gram(x), rtol=1e-5,
                                atol=1e-4)
+
+
+def test_report_names_the_sweep_folder_of_a_model_compared_across_folders(tmp_path):
+    from vit_jax_struct.analysis import plots
+
+    (tmp_path / "cka_vs_full,seed=2.png").write_bytes(b"")
+    base = {"step": 1, "examples": 8, "model": {}, "cka_across": {"matrix": [[0.5]]}}
+    text = lambda other: (plots.report({**base, "workdir": "/s/grid/gap,seed=1", "cka_across": {  # noqa: E731
+        **base["cka_across"], "other": other}}, str(tmp_path)), (tmp_path / "report.md").read_text())[1]
+    assert "## CKA across models (refs/full,seed=2)" in text("/s/refs/full,seed=2")  # another folder: named
+    assert "## CKA across models (full,seed=2)" in text("/s/grid/full,seed=2")       # the same folder

@@ -264,7 +264,11 @@ def report(results: dict, out_dir: str) -> str:
         lines += [f"Mean off-diagonal CKA {c[~np.eye(len(c), dtype=bool)].mean():.3f}.", ""]
     for f in sorted(present):
         if f.startswith("cka_vs_"):
-            img(f, f"CKA across models ({f[7:-4]})")
+            other = str(results.get("cka_across", {}).get("other", "")).rstrip("/")
+            parent = other.rsplit("/", 1)[0] if "/" in other else ""
+            same = parent == str(results.get("workdir", "")).rstrip("/").rsplit("/", 1)[0]
+            # A run of another sweep folder is named with that folder (two folders may hold runs of one name).
+            img(f, f"CKA across models ({f[7:-4] if same or not parent else parent.rsplit('/', 1)[-1] + '/' + f[7:-4]})")
             c = np.asarray(results["cka_across"]["matrix"])
             lines += [f"Max CKA of each of this model's layers with any layer of the other: "
                       f"{', '.join(f'{v:.2f}' for v in c.max(1))}.", ""]
