@@ -22,12 +22,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERDICTS = os.path.join(REPO, "docs", "results", "verdicts.json")
 
 
-
 def _note_label(v: dict) -> str:
     """Which comparison a note belongs to: its key, and its sweep where the comparison names one (the last
     parenthesis of its label, e.g. "cifar10, ViT-Ti/4/w64d6, 2000 steps")."""
     m = re.search(r"\(([^()]*steps)\)\s*$", v.get("comparison", ""))
     return v["key"] + (f"; {m.group(1)}" if m else "")
+
 
 def load_verdicts(path: str = VERDICTS) -> list[dict]:
     """The scoreboard's verdicts with `effect` as a `stats.Effect` and the status judged again (`report.judge`)."""

@@ -295,7 +295,7 @@ def write_curves(runs, rows, out: str) -> dict:
     names = [storage.basename(r["run"]) for r in runs]
     for r, name in zip(runs, names):
         # Two sweeps may hold runs of one name (a run trained again elsewhere): those files are named with the sweep.
-        sweep = storage.basename(str(r["run"]).rstrip("/").rsplit("/", 1)[0])
+        sweep = storage.basename(storage.dirname(r["run"]))
         label = f"{sweep}/{name}" if names.count(name) > 1 else name
         path = storage.join(folder, f"{_slug(label.replace('/', '_'))}.png")
         plots.training_curves({name: records[r["run"]]}, path, f"{label} ({r['model']}, {r['dataset']})")

@@ -74,6 +74,12 @@ def basename(p) -> str:
     return str(p).rstrip("/").rsplit("/", 1)[-1]
 
 
+def dirname(p) -> str:
+    """The path or URL above the last component (`gs://b/runs/vit/` -> `gs://b/runs`; "" for a bare name)."""
+    s = str(p).rstrip("/")
+    return s.rsplit("/", 1)[0] if "/" in s else ""
+
+
 def _wrap(what: str, p, e: Exception) -> StorageError:
     if isinstance(e, StorageError):
         return e

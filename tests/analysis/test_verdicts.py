@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from vit_jax_struct.analysis import verdicts
+from vit_jax_struct.analysis import posemb, verdicts
 
 
 def test_localization_margin_is_own_minus_mean_of_others():
@@ -181,11 +181,11 @@ def test_ensure_analyses_keeps_archived_pairs_and_compares_only_the_others_with_
 
 def test_distance_rank_kept_is_one_for_grid_symmetries_and_chance_for_random_permutations():
     n = 16
-    assert verdicts.distance_rank_kept(np.arange(n), (4, 4)) == pytest.approx(1.0)
-    assert verdicts.distance_rank_kept(np.arange(n)[::-1], (4, 4)) == pytest.approx(1.0)  # a 180° rotation
+    assert posemb.distance_rank_kept(np.arange(n), (4, 4)) == pytest.approx(1.0)
+    assert posemb.distance_rank_kept(np.arange(n)[::-1], (4, 4)) == pytest.approx(1.0)  # a 180° rotation
     transpose = np.arange(n).reshape(4, 4).T.ravel()
-    assert verdicts.distance_rank_kept(transpose, (4, 4)) == pytest.approx(1.0)
-    m, sd = verdicts.random_distance_rank_kept((4, 4), draws=300)
+    assert posemb.distance_rank_kept(transpose, (4, 4)) == pytest.approx(1.0)
+    m, sd = posemb.random_distance_rank_kept((4, 4), draws=300)
     assert abs(m) < 3 * sd / np.sqrt(300) + 1e-9 and 0.03 < sd < 0.3
     with pytest.raises(ValueError, match="permutation of the 16 positions"):
-        verdicts.distance_rank_kept([0, 0] + list(range(2, 16)), (4, 4))
+        posemb.distance_rank_kept([0, 0] + list(range(2, 16)), (4, 4))

@@ -237,3 +237,10 @@ def test_tensorboard_on_a_bucket_rolls_over_into_new_files_and_keeps_every_scala
             ev = event_pb2.Event.FromString(rec)
             steps += [ev.step for v in ev.summary.value if v.tag == "train/loss"]
     assert sorted(steps) == list(range(1, 200))
+
+
+def test_basename_and_dirname_split_local_paths_and_urls_alike():
+    assert (storage.basename("gs://b/runs/vit/"), storage.dirname("gs://b/runs/vit/")) == ("vit", "gs://b/runs")
+    assert (storage.basename("/w/sweep/full,seed=0"), storage.dirname("/w/sweep/full,seed=0")) == (
+        "full,seed=0", "/w/sweep")
+    assert storage.dirname("run") == ""

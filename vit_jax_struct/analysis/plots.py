@@ -244,6 +244,13 @@ def skip_norms(r: dict, path):
 from vit_jax_struct.train.curves import CURVE_PANELS, _series, fewshot_keys, training_curves  # noqa: E402,F401
 
 
+def run_label(other: str, workdir: str) -> str:
+    """How a figure names the run `other` compared with `workdir`: its name, with its sweep folder where the two lie
+    in different folders (two folders may hold runs of one name, e.g. a run trained again elsewhere)."""
+    name, parent = storage.basename(other), storage.dirname(other)
+    return name if not parent or parent == storage.dirname(workdir) else f"{storage.basename(parent)}/{name}"
+
+
 def report(results: dict, out_dir: str) -> str:
     """Writes `out_dir/report.md`: the plots that exist, with the headline numbers."""
     name = storage.basename(results["workdir"])
@@ -264,11 +271,9 @@ def report(results: dict, out_dir: str) -> str:
         lines += [f"Mean off-diagonal CKA {c[~np.eye(len(c), dtype=bool)].mean():.3f}.", ""]
     for f in sorted(present):
         if f.startswith("cka_vs_"):
-            other = str(results.get("cka_across", {}).get("other", "")).rstrip("/")
-            parent = other.rsplit("/", 1)[0] if "/" in other else ""
-            same = parent == str(results.get("workdir", "")).rstrip("/").rsplit("/", 1)[0]
-            # A run of another sweep folder is named with that folder (two folders may hold runs of one name).
-            img(f, f"CKA across models ({f[7:-4] if same or not parent else parent.rsplit('/', 1)[-1] + '/' + f[7:-4]})")
+            other = results.get("cka_across", {}).get("other")
+            named = other and storage.basename(other) == f[7:-4]  # a run (a checkpoint file keeps its file name)
+            img(f, f"CKA across models ({run_label(other, results['workdir']) if named else f[7:-4]})")
             c = np.asarray(results["cka_across"]["matrix"])
             lines += [f"Max CKA of each of this model's layers with any layer of the other: "
                       f"{', '.join(f'{v:.2f}' for v in c.max(1))}.", ""]

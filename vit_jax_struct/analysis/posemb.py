@@ -57,3 +57,31 @@ def locality_null(p, grid: tuple[int, int], num: int = 200, seed: int = 0) -> di
     rng = np.random.default_rng(seed)
     scores = [locality_score(np.asarray(p)[rng.permutation(len(p))], grid) for _ in range(num)]
     return {"mean": float(np.mean(scores)), "sd": float(np.std(scores, ddof=1)), "num": num}
+
+
+def distance_rank_kept(perm, grid: tuple[int, int]) -> float:
+    """How much of the grid's geometry a patch permutation keeps: Spearman ρ between the grid distances of all
+    position pairs i < j and of their images (π(i), π(j)) (1: distances kept in rank, ≈ 0: a random permutation).
+    Read beside `locality_score` in token order: a permutation that keeps distances leaves a local posemb local.
+
+    Args:
+      perm: `[N]` int, the permutation (`permutation.json` "perm"), N = rows × cols.
+      grid: (rows, cols) of the patch grid.
+    Raises:
+      ValueError: `perm` is not a permutation of rows × cols positions.
+    """
+    perm = np.asarray(perm)
+    n = grid[0] * grid[1]
+    if sorted(perm.tolist()) != list(range(n)):
+        raise ValueError(f"perm must be a permutation of the {n} positions of a {grid[0]}x{grid[1]} grid, got {perm}")
+    d = grid_distances(grid)
+    iu = np.triu_indices(n, k=1)
+    return float(spearmanr(d[iu], d[perm][:, perm][iu]).statistic)
+
+
+def random_distance_rank_kept(grid: tuple[int, int], draws: int = 2000) -> tuple[float, float]:
+    """Mean and s.d. of `distance_rank_kept` over `draws` uniform random permutations (numpy seed 0): the chance
+    level against which a permutation's kept geometry is read."""
+    rng = np.random.default_rng(0)
+    vals = [distance_rank_kept(rng.permutation(grid[0] * grid[1]), grid) for _ in range(draws)]
+    return float(np.mean(vals)), float(np.std(vals))

@@ -314,10 +314,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
         _o_config, o_parts, o_vars, _ = load_run(compare)
         other = (storage.basename(compare), o_vars,
                  make_summaries(o_parts["model"], is_vit=False, has_cls=False, grams_only=True), compare)
-        parent = str(compare).rstrip("/").rsplit("/", 1)[0]
-        if parent != str(workdir).rstrip("/").rsplit("/", 1)[0]:
-            # A run of another sweep folder: the figure names that folder too (two folders may hold runs of one name).
-            other_label = f"{storage.basename(parent)}/{other[0]}"
+        other_label = plots.run_label(compare, workdir)
 
     results = {"workdir": workdir, "step": step, "model": dict(config.model), "examples": 0}
     if from_file:

@@ -44,9 +44,10 @@ import json
 import sys
 
 import numpy as np
-import scipy.stats
 
 from vit_jax_struct import report, storage
+from vit_jax_struct.analysis import posemb
+from vit_jax_struct.data import permute
 
 
 def localization_margin(m) -> float:
@@ -302,7 +303,7 @@ def _refs_note(used: list) -> str:
     if not used:
         return ""
     # <root>/<run>: the same whether the runs are read where they were analysed or from the archive (once each).
-    names = list(dict.fromkeys("/".join(str(w).rstrip("/").split("/")[-2:]) for w in used))
+    names = list(dict.fromkeys(f"{storage.basename(storage.dirname(w))}/{storage.basename(w)}" for w in used))
     return ("; where a model of the arm could only be compared with a retrained reference (the archived one had no "
             "checkpoint left), its pair uses the full-data runs trained again with the same configs ("
             + ", ".join(names) + "; not bit for bit the archived models): the pair's baseline is the retrained model "
@@ -375,41 +376,13 @@ def own_permutation_runs(arms: dict) -> dict:
     return out
 
 
-def distance_rank_kept(perm, grid: tuple[int, int]) -> float:
-    """How much of the grid's geometry a patch permutation keeps: Spearman ρ between the grid distances of all
-    position pairs (i, j) and of their images (π(i), π(j)) (1: distances kept in rank, ≈ 0: a random permutation).
-
-    Args:
-      perm: `[N]` int, the permutation (`permutation.json` "perm"), N = rows × cols.
-      grid: (rows, cols) of the patch grid.
-    Raises:
-      ValueError: `perm` is not a permutation of rows × cols positions.
-    """
-    perm = np.asarray(perm)
-    n = grid[0] * grid[1]
-    if sorted(perm.tolist()) != list(range(n)):
-        raise ValueError(f"perm must be a permutation of the {n} positions of a {grid[0]}x{grid[1]} grid, got {perm}")
-    pos = np.stack(np.divmod(np.arange(n), grid[1]), axis=1)
-    d = np.hypot(*(pos[:, None, :] - pos[None, :, :]).transpose(2, 0, 1))
-    iu = np.triu_indices(n, 1)
-    return float(scipy.stats.spearmanr(d[iu], d[perm][:, perm][iu])[0])
-
-
-def random_distance_rank_kept(grid: tuple[int, int], draws: int = 2000) -> tuple[float, float]:
-    """Mean and s.d. of `distance_rank_kept` over `draws` uniform random permutations (numpy seed 0): the chance
-    level against which a permutation's kept geometry is read."""
-    rng = np.random.default_rng(0)
-    vals = [distance_rank_kept(rng.permutation(grid[0] * grid[1]), grid) for _ in range(draws)]
-    return float(np.mean(vals)), float(np.std(vals))
-
-
 def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "",
               keys: tuple[str, str] = ("J4", "J4order"), shared_with: str = "") -> list[dict]:
     """J4 and J4order (or the `keys` given: J4pi, J4piorder for one permutation per seed) from the analyses `res` of
     the permuted runs `runs` (one per seed): the posemb locality after π⁻¹ minus its null, and after π⁻¹ minus in
     token order (Spearman ρ; negative = local), one-sample t on 0. The notes give, per seed, the locality in token
     order against the null (in the null's s.d.s) and how much grid geometry the run's permutation keeps
-    (`distance_rank_kept`, against random permutations); `shared_with`: a sentence on runs shared with the other
+    (`posemb.distance_rank_kept`, against random permutations); `shared_with`: a sentence on runs shared with the other
     design."""
     ok = [(w, r) for w, r in zip(runs, res) if r.get("posemb", {}).get("reindexed_by_inverse_permutation")]
     runs = [w for w, _ in ok]
@@ -418,15 +391,12 @@ def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "",
     before = [p["locality_spearman_token_order"] - p["locality_null"]["mean"] for p in pos]
     in_sd = [b / p["locality_null"]["sd"] if p["locality_null"].get("sd") else float("nan") for b, p in zip(before, pos)]
     order = [p["locality_spearman"] - p["locality_spearman_token_order"] for p in pos]
-    perms = [str(json.loads(storage.read_text(storage.join(w, "config.json"))).get("data", {}).get(
-        "permutation_seed", 0)) for w in runs]
-    kept, chance = [], ""
-    for w in runs:
-        rec = json.loads(storage.read_text(storage.join(w, "permutation.json")))
-        grid = tuple(rec["grid"])
-        kept.append(distance_rank_kept(rec["perm"], grid))
-    if kept:
-        m, sd = random_distance_rank_kept(grid)
+    recs = [permute.load_permutation(w) for w in runs]  # each run's permutation.json (its seed and grid)
+    perms = [str(rec["seed"]) for rec in recs]
+    kept = [posemb.distance_rank_kept(rec["perm"], tuple(rec["grid"])) for rec in recs]
+    chance = ""
+    if recs:
+        m, sd = posemb.random_distance_rank_kept(tuple(recs[0]["grid"]))
         chance = f" (random permutations: {m:+.3f} ± {sd:.3f})"
     shared = len(set(perms)) == 1
     fmt = lambda xs, d=3: ", ".join(f"{x:+.{d}f}" for x in xs)  # noqa: E731
