@@ -203,7 +203,11 @@ ROWS = (
                 "J5assoc whether each query attends to its own set (the paper's Fig. 4), J5sets whether the "
                 "attention aligns with the partition at all (each set's queries attending together to one set, "
                 "their own or another). Still needed for the paper's claim itself: its initialization and step size "
-                "(not in its readable text) and the theorem's conditions on d and D, checked against the run"),
+                "(not in its readable text) and the theorem's conditions on d and D, checked against the run. Not judged: "
+                "`configs/theory/population.py:self_init`, a start built near the association (Q = 1.5·I + noise, "
+                "v fixed, other data: α = 2, q = 0.1; chosen among about 20 settings tried, one seed): it drops the "
+                "random initialization, so whatever it shows is that the association can be kept, not that GD from a "
+                "random start finds it"),
     Row("J6", JELASSI, "§4 (empirical-risk result)", "empirical risk, polynomially many samples, Gaussian init",
         "the same with a fixed sample of polynomial size", "generalizes",
         "`configs/theory/empirical.py` (fixed n)",

@@ -176,7 +176,7 @@ def render(verdicts_path: str = VERDICTS) -> str:
         else:
             lines += ["", "Status: **not run**."]
         if row.pending:
-            lines += ["", f"Still needed: {row.pending}."]
+            lines += ["", f"Still needed: {row.pending.rstrip('.')}."]
         links = [f"[{os.path.basename(os.path.dirname(p)) or p}/{os.path.basename(p)}]({_rel(p)})"
                  for p in row.results if os.path.exists(os.path.join(REPO, p))]
         if links:

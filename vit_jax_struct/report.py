@@ -23,6 +23,7 @@ its archive of small files under `docs/results/runs/`), takes its last `eval/acc
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import io
 import json
@@ -370,7 +371,9 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
     if smoke or dups:
         lines += [f"**Not judged**: {len(smoke)} smoke or unfinished run(s) (a step budget other than the declared "
                   f"{', '.join(map(str, ALL_BUDGETS))}), {len(dups)} run(s) whose training config equals another's "
-                  "(counted once); see the `smoke` and `duplicate_of` columns below.", ""]
+                  "(counted once: never a seed of an arm beside the run they repeat; a verdict that uses one in "
+                  "another's place, e.g. as a retrained reference, says so in its note); see the `smoke` and "
+                  "`duplicate_of` columns below.", ""]
     if rows:
         lines += ["| id | comparison | metric; Δ = treatment − baseline | baseline | treatment | Δ [95 % CI] | paper says (expected) | "
                   "status |", "|---|---|---|---|---|---|---|---|"]
@@ -400,10 +403,16 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
         for path in curves["runs"]:
             lines.append(f"- [{storage.basename(path)}](curves/{storage.basename(path)})")
     lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    repeated = {n for n, c in collections.Counter(storage.basename(r["run"]) for r in runs).items() if c > 1}
+
+    def name(path: str) -> str:  # a run's name, with its sweep folder where another folder holds a run of that name
+        base = storage.basename(path)
+        return f"{storage.basename(storage.dirname(path))}/{base}" if base in repeated else base
+
     for r in runs:
-        vals = [storage.basename(r["run"]) if k == "run" else
+        vals = [name(r["run"]) if k == "run" else
                 (f"{r[k]:.4f}" if k == "eval/accuracy" else
-                 storage.basename(str(r[k])) if k == "duplicate_of" else str(r[k])) for k in COLUMNS]
+                 (name(str(r[k])) if r[k] else "") if k == "duplicate_of" else str(r[k])) for k in COLUMNS]
         lines.append("| " + " | ".join(vals) + " |")
     storage.write_text(md_path, "\n".join(lines) + "\n")
     return md_path, csv_path

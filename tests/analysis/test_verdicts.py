@@ -6,13 +6,13 @@ import os
 import numpy as np
 import pytest
 
-from vit_jax_struct.analysis import posemb, verdicts
+from vit_jax_struct.analysis import localization, posemb, verdicts
 
 
 def test_localization_margin_is_own_minus_mean_of_others():
     m = np.full((4, 4), 0.2) + np.eye(4) * 0.5  # own patch 0.7, others 0.2
-    assert verdicts.localization_margin(m) == pytest.approx(0.5)
-    assert verdicts.localization_margin(np.full((4, 4), 0.3)) == pytest.approx(0.0)
+    assert localization.margin(m) == pytest.approx(0.5)
+    assert localization.margin(np.full((4, 4), 0.3)) == pytest.approx(0.0)
 
 
 def test_cka_split_is_within_minus_across_at_the_block():

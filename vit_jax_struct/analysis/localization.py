@@ -22,6 +22,16 @@ def image_patches(images, patch: int) -> np.ndarray:
     return x.reshape(b, (h // patch) * (w // patch), patch * patch * c)
 
 
+def margin(m) -> float:
+    """The localization margin: mean over output tokens t of CKA(t, own patch t) − mean_{g ≠ t} CKA(t, g), for the
+    `[N, N]` token × patch CKA matrix (`Localization.result()[0]`; "localization"/"matrix" of `analysis.json`).
+    Positive: tokens keep their own patch more than the others; 0: no localization."""
+    m = np.asarray(m, float)
+    n = len(m)
+    off = (m.sum(1) - np.diag(m)) / (n - 1)
+    return float(np.mean(np.diag(m) - off))
+
+
 class Localization:
     """Accumulates token × patch-location CKA over batches; `update(tokens [B, N, D], images)`, `result()`."""
 

@@ -3,7 +3,9 @@ for heatmaps, a colour bar."""
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 import textwrap
 
 import matplotlib
@@ -13,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from vit_jax_struct import storage
+from vit_jax_struct.analysis.localization import margin as localization_margin
 
 
 def _save(fig, path):
@@ -197,10 +200,40 @@ def posemb_similarity(s, grid, path, title):
               "RdBu_r", -1.0, 1.0, "cosine similarity")
 
 
+LOCALIZATION_VMAX = 0.5  # one colour scale for every run's map, so maps of two runs compare at a glance
+
+
 def localization(m, grid, path, title):
-    """One map per output token: its CKA with the input patch at every grid location."""
-    _map_grid(m, grid, path, title, "magma", 0.0, max(float(np.max(m)), 1e-6),
-              "linear CKA with the input patch (high: the token keeps that patch)")
+    """One map per output token: its CKA with the input patch at every grid location (`m`: `[N, N]` token × patch
+    CKA, `grid`: `(rows, cols)` with rows·cols = N). The title adds the localization margin
+    (`localization.margin`, the number R5 judges); the colour scale is 0 … `LOCALIZATION_VMAX` for every run (higher
+    values, if any, saturate and the colour bar says so)."""
+    vmax = LOCALIZATION_VMAX
+    over = float(np.max(m)) > vmax
+    label = "linear CKA with the input patch (high: the token keeps that patch)" + (
+        f"; values above {vmax:g} shown as {vmax:g}" if over else "")
+    _map_grid(m, grid, path, textwrap.fill(f"{title}; localization margin {localization_margin(m):+.3f} (own patch − mean of "
+                                           f"the others; colour scale 0 … {vmax:g} in every run)", 70),
+              "magma", 0.0, vmax, label)
+
+
+def redraw(workdir: str) -> list[str]:
+    """Redraws the figures of `workdir/analysis/` that `analysis.json` holds the numbers of (today the localization
+    maps), without the checkpoint, e.g. for archived runs; returns the paths written. Raises FileNotFoundError
+    naming the file if the run has no `analysis/analysis.json`."""
+    path = storage.join(workdir, "analysis", "analysis.json")
+    if not storage.exists(path):
+        raise FileNotFoundError(f"{path}: no analysis to redraw (run main.py --mode=analyze on the run first)")
+    res = json.loads(storage.read_text(path))
+    written = []
+    if "localization" in res:
+        m = np.asarray(res["localization"]["matrix"], float)
+        side = int(round(math.sqrt(len(m))))
+        out = storage.join(workdir, "analysis", "localization.png")
+        localization(m, (side, side), out, f"token–patch CKA ({res.get('model', {}).get('classifier')}); own patch "
+                     f"best for {res['localization']['own_patch_fraction']:.0%}")
+        written.append(out)
+    return written
 
 
 def probes(res: dict, path):
@@ -302,3 +335,24 @@ def report(results: dict, out_dir: str) -> str:
     path = storage.join(out_dir, "report.md")
     storage.write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def main(argv=None) -> int:
+    """`python -m vit_jax_struct.analysis.plots RUN [RUN ...]`: redraws each run's figures from its analysis.json."""
+    runs = sys.argv[1:] if argv is None else argv
+    if not runs:
+        print("usage: python -m vit_jax_struct.analysis.plots RUN [RUN ...] (run folders with analysis/analysis.json)",
+              file=sys.stderr)
+        return 2
+    for run in runs:
+        try:
+            for path in redraw(run):
+                print(path)
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -46,17 +46,8 @@ import sys
 import numpy as np
 
 from vit_jax_struct import report, storage
-from vit_jax_struct.analysis import posemb
+from vit_jax_struct.analysis import localization, posemb
 from vit_jax_struct.data import permute
-
-
-def localization_margin(m) -> float:
-    """Mean over output tokens t of CKA(t, own patch t) − mean_{g ≠ t} CKA(t, g), for the `[N, N]` token × patch
-    CKA matrix of `analysis.json` ("localization"/"matrix")."""
-    m = np.asarray(m, float)
-    n = len(m)
-    off = (m.sum(1) - np.diag(m)) / (n - 1)
-    return float(np.mean(np.diag(m) - off))
 
 
 def cka_split(matrix, layers, block: int) -> float:
@@ -457,7 +448,7 @@ def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[
                         "baseline": [split(results[w]) for w in base_runs], "method": "welch",
                         "runs": runs + base_runs})
         if key[1] == "gap" and key[2] == "-" and key[3] == "none" and base:
-            margin = lambda r: localization_margin(r["localization"]["matrix"])  # noqa: E731
+            margin = lambda r: localization.margin(r["localization"]["matrix"])  # noqa: E731
             out.append({"key": "R5", "comparison": f"GAP vs CLS: localization margin of the final block{label}",
                         "treatment": [margin(r) for r in res],
                         "baseline": [margin(results[w]) for w in base_runs], "method": "welch",
