@@ -113,6 +113,13 @@ def test_equal_training_configs_are_one_run():
     assert [r["run"] for r in kept] == ["r1", "r2"] and dropped == [("r0", "r1")]
 
 
+def test_a_key_added_later_at_its_old_behaviour_is_the_same_training():
+    old = {"seed": 0, "data": {"root": "/a"}, "distributed": {"timeout_s": 300}}  # written before data.in_memory
+    new = {"seed": 0, "data": {"root": "/a", "in_memory": False}, "distributed": {"initialization_timeout": 1800}}
+    assert stats.training_key(old) == stats.training_key(new)
+    assert stats.training_key(old) != stats.training_key({**new, "data": {"root": "/a", "in_memory": True}})
+
+
 def test_smoke_runs_are_those_off_the_declared_budgets():
     assert stats.is_smoke(20, (500, 1000, 4000))
     assert not stats.is_smoke(1000, (500, 1000, 4000))

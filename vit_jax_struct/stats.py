@@ -41,7 +41,11 @@ EXPECTATIONS = ("positive", "negative", "none")  # the paper's claim: the treatm
 # the same training run (one run, never two seeds). Prefix match on the flattened key.
 NOT_TRAINING = ("fewshot.", "log_every_steps", "eval_every_steps", "checkpoint_every_steps", "save_checkpoints",
                 "keep_checkpoints", "eval_batch_size", "data.eval_examples", "data.root", "data.num_threads",
-                "data.eval_split", "profile.", "compilation_cache_dir", "name")
+                "data.eval_split", "profile.", "compilation_cache_dir", "name", "distributed.timeout_s",
+                "distributed.initialization_timeout")
+# Training keys added to the config after runs existed, with the value that reproduces what a run without the key
+# did: a config.json that lacks the key and one that has this value describe the same training.
+ADDED_KEYS = {"data.in_memory": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,9 +231,11 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 def training_key(config: dict) -> str:
     """A canonical string of the keys of a run's resolved config (`config.json` dict) that decide what is trained:
-    every key but those in `NOT_TRAINING` (measurement and storage). Equal keys = the same training run."""
+    every key but those in `NOT_TRAINING` (measurement, storage, start-up time-outs), and a key of `ADDED_KEYS` at
+    the value a run from before the key existed had. Equal keys = the same training run."""
     flat = flatten(config)
-    kept = {k: v for k, v in flat.items() if not any(k == p or k.startswith(p) for p in NOT_TRAINING)}
+    kept = {k: v for k, v in flat.items() if not any(k == p or k.startswith(p) for p in NOT_TRAINING)
+            and not (k in ADDED_KEYS and v == ADDED_KEYS[k])}
     return json.dumps(kept, sort_keys=True, default=str)
 
 
