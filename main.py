@@ -63,7 +63,12 @@ def default_workdir(config_arg: str) -> str:
 
 
 def _fail(message: str, code: int):
-    """Prints `error: <message>` as one line on stderr and exits with `code`."""
+    """Prints `error: <message>` as one line on stderr and exits with `code`; with `--traceback`, the trace of the
+    exception being handled comes first (the exit code stays the same)."""
+    if _traceback_requested() and sys.exc_info()[0] is not None:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
     line = " ".join(str(message).split())  # one line, whatever the message
     print(f"error: {line}" + ("" if _traceback_requested() else "  (--traceback for the full trace)"),
           file=sys.stderr)
@@ -84,8 +89,6 @@ def _parse_flags(argv):
                 flag.value.keys()  # a config that failed to load raises its error on any attribute access
         return rest
     except Exception as e:
-        if _traceback_requested():
-            raise
         _fail(_flag_error_line(e, argv), USAGE_EXIT)
 
 
@@ -142,16 +145,10 @@ def main(argv):
     except trainer.Preempted as e:  # the trainer has logged it, after the checkpoint was complete
         sys.exit(e.EXIT_CODE)
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training began
-        if _TRACEBACK.value:
-            raise
         _fail("interrupted", INTERRUPTED_EXIT)
     except run_errors as e:
-        if _TRACEBACK.value:
-            raise
         _fail(runlog.short_error(e, 2000), 1)
     except user_errors as e:
-        if _TRACEBACK.value:
-            raise
         _fail(str(e), USAGE_EXIT)
 
 

@@ -42,3 +42,32 @@ def test_redraw_without_analysis_is_one_error_line(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: ") and "analysis.json" in err[0]
     with pytest.raises(FileNotFoundError):
         plots.redraw(str(tmp_path))
+
+
+def test_resnet_unit_groups_are_r1s_quarters():
+    from vit_jax_struct.analysis import cka
+
+    layers = ["stem"] + [f"block{i:02d}" for i in range(8)]  # ResNet-18: four stages of two units
+    assert cka.resnet_unit_groups(layers) == {"early": [0, 1, 2], "middle": [3, 4, 5, 6], "late": [7, 8]}
+    with pytest.raises(ValueError, match="≥ 4 residual units"):
+        cka.resnet_unit_groups(["stem", "block00", "block01"])
+
+
+def test_redraw_marks_the_ablated_block_and_the_resnet_groups(tmp_path, monkeypatch):
+    run = tmp_path / "vit_skip3"
+    os.makedirs(run / "analysis" / "cross_cka")
+    layers = ["stem"] + [f"block{i:02d}" for i in range(6)]
+    (run / "analysis" / "analysis.json").write_text(json.dumps(
+        {"workdir": str(run), "model": {"skip_ablation": "3:both"},
+         "cka": {"layers": layers, "matrix": np.eye(7).tolist()}}))
+    other = ["stem"] + [f"block{i:02d}" for i in range(8)]
+    (run / "analysis" / "cross_cka" / "cnn.json").write_text(json.dumps(
+        {"layers": layers, "other_layers": other, "matrix": np.zeros((7, 9)).tolist(), "other_model": "resnet"}))
+    calls = {}
+    monkeypatch.setattr(plots, "heatmap", lambda m, rows, cols, title, path, **kw: calls.update(
+        {os.path.basename(path): (title, kw)}))
+    plots.redraw(str(run))
+    title, kw = calls["cka.png"]
+    assert kw["split"] == layers.index("block03") and "block03 removed" in title
+    title, kw = calls["cnn.png"]
+    assert kw["col_groups"] == {"early": [0, 1, 2], "middle": [3, 4, 5, 6], "late": [7, 8]}

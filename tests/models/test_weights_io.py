@@ -255,7 +255,7 @@ def test_bad_export_input_is_one_line_and_writes_nothing(run, tmp_path, capsys):
         ([f"--workdir={workdir}", "--format=onnx", f"--out={out}"],
          "--format 'onnx' is not one of vit_jax, big_vision, timm, hf"),
         ([f"--workdir={workdir}", "--format=timm", f"--out={tmp_path / 'x.npz'}"], "must end with .safetensors"),
-        ([f"--workdir={workdir}", "--format=timm", "--step=7", f"--out={out}"], "no checkpoint step 7"),
+        ([f"--workdir={workdir}", "--format=timm", "--step=7", f"--out={out}"], "--step 7: no checkpoint step 7"),
         ([f"--workdir={workdir}", "--format=hf", f"--out={tmp_path / 'h.npz'}"], "must be a folder"),
     ]
     for args, text in cases:

@@ -227,7 +227,7 @@ def test_cli_prints_one_line_and_exits_2_for_a_config_error_and_shows_the_trace_
     assert "Traceback" not in r.stderr and not (tmp_path / "w").exists()
     t = subprocess.run([*cmd, f"--workdir={tmp_path}/w", "--traceback"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300, check=False)
-    assert t.returncode != 0 and "Traceback" in t.stderr and "ConfigError" in t.stderr
+    assert t.returncode == 2 and "Traceback" in t.stderr and "ConfigError" in t.stderr  # the same exit code
     # Without --workdir the runlocal run would live in runs/vit_l16_runlocal (not …_runlocal_runlocal).
     d = subprocess.run([sys.executable, "main.py", "--config=configs/vit_l16.py:runlocal", "--config.total_steps=0"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)

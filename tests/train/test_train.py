@@ -151,6 +151,11 @@ def test_init_from_warm_starts_parameters_only(tmp_path):
     bad = tiny_config(total_steps=1, init_from=str(tmp_path / "src"), **{"model.depth": 2, "optim.warmup_steps": 0})
     with pytest.raises(ValueError, match=r"first mismatch at 'params/Transformer/encoderblock_1/.*in the model"):
         trainer.train_and_evaluate(bad, str(tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()  # read before the workdir is touched: no lock, no checkpoints/
+    with pytest.raises(FileNotFoundError, match="no such checkpoint folder"):
+        missing = tiny_config(total_steps=1, init_from=str(tmp_path / "nope"), **{"optim.warmup_steps": 0})
+        trainer.train_and_evaluate(missing, str(tmp_path / "b2"))
+    assert not (tmp_path / "b2").exists()
 
 
 def test_cli_unknown_config_key_fails_with_its_name(tmp_path):

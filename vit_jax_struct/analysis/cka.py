@@ -95,3 +95,21 @@ def linear_cka(x, y, batch_size: int | None = None) -> float:
     for i in range(0, n - bs + 1, bs):
         acc.update([x[i:i + bs]], [y[i:i + bs]])
     return float(acc.result()[0, 0])
+
+
+def resnet_unit_groups(layers) -> dict[str, list[int]]:
+    """R1's grouping of a ResNet's layers (names as the analysis gives them: `stem`, then `blockXX` residual units in
+    forward order): "early" = `stem` and the first quarter of the units, "middle" = the second and third quarters,
+    "late" = the rest (ResNet-18: its four stages of two units). Returns `{group: [indices into layers]}`.
+
+    Raises:
+      ValueError: fewer than 4 residual units.
+    """
+    layers = list(layers)
+    units = sorted(n for n in layers if n.startswith("block"))
+    if len(units) < 4:
+        raise ValueError(f"a ResNet grouping needs ≥ 4 residual units, got {layers}")
+    q = len(units) // 4
+    return {"early": [layers.index(n) for n in ["stem", *units[:q]] if n in layers],
+            "middle": [layers.index(n) for n in units[q:3 * q]],
+            "late": [layers.index(n) for n in units[3 * q:]]}

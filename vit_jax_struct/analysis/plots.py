@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from vit_jax_struct import storage
+from vit_jax_struct.analysis.cka import resnet_unit_groups
 from vit_jax_struct.analysis.localization import margin as localization_margin
 
 
@@ -24,21 +25,37 @@ def _save(fig, path):
     plt.close(fig)
 
 
-def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0, ylabel="layer", xlabel="layer"):
+def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0, ylabel="layer", xlabel="layer", split=None,
+            col_groups=None):
     """Layer × layer matrix `[len(rows), len(cols)]` with layer names on both axes, each axis named by `ylabel` /
     `xlabel` (e.g. "layer of <model>").
 
     The title is a figure title wrapped to the figure's width (a long cross-model title is never cut off).
+    `split`: a layer index drawn as a dashed line before it on both axes (a square matrix; e.g. R4's ablated block);
+    `col_groups`: `{name: [column indices]}` named on the top axis and separated by dashed lines (e.g. R1's
+    ResNet groups, `cka.resnet_unit_groups`).
     """
     width = max(5.0, 1.6 + 0.35 * len(cols))
-    fig, ax = plt.subplots(figsize=(width, 1.6 + 0.35 * len(rows)), layout="constrained")
+    wrapped = textwrap.fill(title + " (linear CKA: 1 = same up to rotation and scale, 0 = unrelated)",
+                            width=int(width * 10))
+    height = 1.25 + 0.18 * len(wrapped.splitlines()) + 0.35 * len(rows) + (0.25 if col_groups else 0.0)
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
     im = ax.imshow(np.asarray(m), origin="lower", vmin=vmin, vmax=vmax, cmap="magma")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    if split is not None:
+        for line in (ax.axhline, ax.axvline):
+            line(split - 0.5, color="white", ls="--", lw=1.2)
+    if col_groups:
+        groups = [(name, idx) for name, idx in col_groups.items() if idx]
+        for _, idx in groups[1:]:
+            ax.axvline(min(idx) - 0.5, color="white", ls="--", lw=1.2)
+        top = ax.secondary_xaxis("top")
+        top.set_xticks([float(np.mean(idx)) for _, idx in groups], [name for name, _ in groups], fontsize=7)
+        top.tick_params(length=0)
     ax.set_xlabel(textwrap.fill(xlabel, int(width * 9)), fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
-    fig.suptitle(textwrap.fill(title + " (linear CKA: 1 = same up to rotation and scale, 0 = unrelated)",
-                               width=int(width * 10)), fontsize=9)
+    fig.suptitle(wrapped, fontsize=9)
     fig.colorbar(im, ax=ax, label="linear CKA", shrink=0.9)
     storage.savefig(fig, path, dpi=110)
     plt.close(fig)
@@ -200,6 +217,46 @@ def posemb_similarity(s, grid, path, title):
               "RdBu_r", -1.0, 1.0, "cosine similarity")
 
 
+def within_cka(matrix, layers, name: str, model: dict, path) -> None:
+    """The CKA of every layer pair of one model (`[L, L]`, `layers` its names); a model with a block's skip
+    connections removed (`model["skip_ablation"]` "B:…") gets a dashed line before block B, where R4's split is
+    measured (`verdicts.cka_split`)."""
+    ablated = str(model.get("skip_ablation") or "")
+    block = f"block{int(ablated.split(':')[0]):02d}" if ablated[:1].isdigit() else None
+    split = list(layers).index(block) if block in layers else None
+    title = f"CKA within {name}" + (f"; skip connections of {block} removed (dashed: the split before it)"
+                                    if split is not None else "")
+    heatmap(matrix, layers, layers, title, path, ylabel=f"layer of {name}", xlabel=f"layer of {name}", split=split)
+
+
+def across_cka(across: dict, name: str, label: str, path) -> None:
+    """The CKA of every layer of the analysed model `name` (rows) with every layer of the model it is compared with
+    (`label`; R7/R8), from `analysis.json`'s "cka_across" (`layers`, `other_layers`, `matrix`)."""
+    heatmap(across["matrix"], across["layers"], across["other_layers"], f"CKA: {name} vs {label}", path,
+            ylabel=f"layer of {name}", xlabel=f"layer of {label}")
+
+
+def cross_cka(result: dict, name: str, other: str, path) -> None:
+    """The CKA of every layer of one model (rows) with every layer of another (columns), from a
+    `analysis.run.cross_cka` result; a ResNet's columns are grouped as R1 groups them (`cka.resnet_unit_groups`).
+    The other model is a ResNet when the result says so ("other_model"), or else when the other run's config.json,
+    where it was recorded, does."""
+    kind = result.get("other_model")
+    if kind is None:
+        cfg = storage.join(result.get("other", ""), "config.json")
+        kind = json.loads(storage.read_text(cfg)).get("model", {}).get("name") if result.get("other") and \
+            storage.exists(cfg) else None
+    groups = None
+    if kind == "resnet":
+        try:
+            groups = resnet_unit_groups(result["other_layers"])
+        except ValueError:
+            groups = None
+    title = f"CKA: {name} vs {other}" + ("; top axis: the ResNet's unit groups R1 compares" if groups else "")
+    heatmap(result["matrix"], result["layers"], result["other_layers"], title, path, ylabel=f"layer of {name}",
+            xlabel=f"layer of {other}", col_groups=groups)
+
+
 LOCALIZATION_VMAX = 0.5  # one colour scale for every run's map, so maps of two runs compare at a glance
 
 
@@ -212,20 +269,40 @@ def localization(m, grid, path, title):
     over = float(np.max(m)) > vmax
     label = "linear CKA with the input patch (high: the token keeps that patch)" + (
         f"; values above {vmax:g} shown as {vmax:g}" if over else "")
-    _map_grid(m, grid, path, textwrap.fill(f"{title}; localization margin {localization_margin(m):+.3f} (own patch − mean of "
-                                           f"the others; colour scale 0 … {vmax:g} in every run)", 70),
-              "magma", 0.0, vmax, label)
+    full = (f"{title}; localization margin {localization_margin(m):+.3f} (own patch − mean of the others; colour "
+            f"scale 0 … {vmax:g} in every run)")
+    _map_grid(m, grid, path, textwrap.fill(full, 70), "magma", 0.0, vmax, label)
 
 
 def redraw(workdir: str) -> list[str]:
-    """Redraws the figures of `workdir/analysis/` that `analysis.json` holds the numbers of (today the localization
-    maps), without the checkpoint, e.g. for archived runs; returns the paths written. Raises FileNotFoundError
+    """Redraws the figures of `workdir/analysis/` that `analysis.json` and `analysis/cross_cka/*.json` hold the
+    numbers of (the CKA heatmaps, the cross-model ones and the localization maps), without the checkpoint, e.g. for archived runs; returns the paths written. Raises FileNotFoundError
     naming the file if the run has no `analysis/analysis.json`."""
     path = storage.join(workdir, "analysis", "analysis.json")
     if not storage.exists(path):
         raise FileNotFoundError(f"{path}: no analysis to redraw (run main.py --mode=analyze on the run first)")
     res = json.loads(storage.read_text(path))
-    written = []
+    written, name = [], storage.basename(str(storage.path(workdir)).rstrip("/"))
+    if "cka" in res:
+        out = storage.join(workdir, "analysis", "cka.png")
+        within_cka(res["cka"]["matrix"], res["cka"]["layers"], name, res.get("model", {}), out)
+        written.append(out)
+    if "cka_across" in res:
+        other = str(res["cka_across"]["other"]).rstrip("/")
+        if other.endswith((".npz", ".safetensors")):  # a weights file (--compare_init_from): named by its stem
+            stem = label = storage.basename(other).rsplit(".", 1)[0]
+        else:
+            stem, label = storage.basename(other), run_label(other, res.get("workdir", workdir))
+        out = storage.join(workdir, "analysis", f"cka_vs_{stem}.png")
+        across_cka(res["cka_across"], name, label, out)
+        written.append(out)
+    folder = storage.join(workdir, "analysis", "cross_cka")
+    for file in sorted(storage.listdir(folder)) if storage.isdir(folder) else ():
+        if file.endswith(".json"):
+            r = json.loads(storage.read_text(storage.join(folder, file)))
+            out = storage.join(folder, file[:-len(".json")] + ".png")
+            cross_cka(r, name, file[:-len(".json")], out)
+            written.append(out)
     if "localization" in res:
         m = np.asarray(res["localization"]["matrix"], float)
         side = int(round(math.sqrt(len(m))))

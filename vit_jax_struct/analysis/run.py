@@ -228,8 +228,9 @@ def cross_cka(workdir: str, compare: str, num_examples: int = 1024, batch: int =
 
     Written to `workdir/analysis/cross_cka/<basename(compare)>.json` and `.png` (rows: `workdir`'s layers, columns:
     `compare`'s), beside — never into — `analysis.json`, whose `cka_across` holds another comparison (R7/R8).
-    Returns `{"workdir", "other", "step", "other_step", "examples", "layers", "other_layers", "matrix"}` with
-    `matrix` `[len(layers), len(other_layers)]` floats in [0, 1].
+    Returns `{"workdir", "other", "step", "other_step", "examples", "layers", "other_layers", "matrix",
+    "other_model"}` with `matrix` `[len(layers), len(other_layers)]` floats in [0, 1] and "other_model" the other
+    run's `model.name`.
 
     Raises:
       FileNotFoundError: either run lacks config.json or a checkpoint.
@@ -252,13 +253,13 @@ def cross_cka(workdir: str, compare: str, num_examples: int = 1024, batch: int =
         raise ValueError(f"no cross-CKA batch of ≥ 4 examples (num_examples={num_examples}, batch={batch})")
     m = across.result()
     result = {"workdir": workdir, "other": compare, "step": step, "other_step": o_step, "examples": examples,
-              "layers": list(names["layers"]), "other_layers": list(o_names["layers"]), "matrix": m.tolist()}
+              "layers": list(names["layers"]), "other_layers": list(o_names["layers"]), "matrix": m.tolist(),
+              "other_model": _o_config.model.get("name", "vit")}
     out_dir = storage.join(workdir, "analysis", "cross_cka")
     storage.makedirs(out_dir)
     title, other = storage.basename(workdir), storage.basename(compare)
     storage.write_text(storage.join(out_dir, f"{other}.json"), json.dumps(result, indent=1))
-    plots.heatmap(m, result["layers"], result["other_layers"], f"CKA: {title} vs {other}",
-                  storage.join(out_dir, f"{other}.png"), ylabel=f"layer of {title}", xlabel=f"layer of {other}")
+    plots.cross_cka(result, title, other, storage.join(out_dir, f"{other}.png"))
     return result
 
 
@@ -350,18 +351,15 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
 
     title = storage.basename(workdir)
     results["cka"] = {"layers": layer_names, "matrix": within.result().tolist()}
-    plots.heatmap(within.result(), layer_names, layer_names, f"CKA within {title}", storage.join(out_dir, "cka.png"),
-                  ylabel=f"layer of {title}", xlabel=f"layer of {title}")
+    plots.within_cka(within.result(), layer_names, title, config.model.to_dict(), storage.join(out_dir, "cka.png"))
     for name in storage.listdir(out_dir):  # a cross-model figure of an earlier analysis (another reference): stale
         if name.startswith("cka_vs_") and name.endswith(".png") and (other is None or name != f"cka_vs_{other[0]}.png"):
             storage.remove(storage.join(out_dir, name))
     if other is not None:
         results["cka_across"] = {"other": other[3], "layers": layer_names, "other_layers": other_names,
                                  "matrix": across.result().tolist()}
-        label = other_label or other[0]
-        plots.heatmap(across.result(), layer_names, other_names, f"CKA: {title} vs {label}",
-                      storage.join(out_dir, f"cka_vs_{other[0]}.png"), ylabel=f"layer of {title}",
-                      xlabel=f"layer of {label}")
+        plots.across_cka(results["cka_across"], title, other_label or other[0],
+                         storage.join(out_dir, f"cka_vs_{other[0]}.png"))
     if is_vit:
         d = dist.result()
         results["attention_distance_pixels"] = {k: v.tolist() for k, v in d.items()}

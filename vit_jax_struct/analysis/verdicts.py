@@ -46,7 +46,7 @@ import sys
 import numpy as np
 
 from vit_jax_struct import report, storage
-from vit_jax_struct.analysis import localization, posemb
+from vit_jax_struct.analysis import cka, localization, posemb
 from vit_jax_struct.data import permute
 
 
@@ -119,11 +119,9 @@ def r1_pattern(matrix, layers, other_layers) -> float:
     units = sorted(n for n in other_layers if n.startswith("block"))
     if "block00" not in layers or len(units) < 4:
         raise ValueError(f"R1 needs ViT block00 and ≥ 4 ResNet units, got {list(layers)} × {list(other_layers)}")
-    q = len(units) // 4
-    early = [other_layers.index(n) for n in ["stem", *units[:q]] if n in other_layers]
-    middle = [other_layers.index(n) for n in units[q:3 * q]]
+    groups = cka.resnet_unit_groups(other_layers)
     row = m[list(layers).index("block00")]
-    return float(row[middle].mean() - row[early].mean())
+    return float(row[groups["middle"]].mean() - row[groups["early"]].mean())
 
 
 def find_resnets(root: str) -> dict:

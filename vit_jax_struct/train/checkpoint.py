@@ -401,7 +401,7 @@ def _open_params(path: str, step: int | None = None, what: str = "config.init_fr
 
     Raises:
       FileNotFoundError: no such folder, no checkpoint in it, or no checkpoint `step` (listing the steps there);
-        the message starts with `what` and `path`.
+        the message starts with `what` and `path`, or with `--step N` when the asked-for `step` is missing.
     """
     path = str(storage.path(path)).rstrip("/")
     if storage.isdir(storage.join(path, "checkpoints")):
@@ -416,13 +416,13 @@ def _open_params(path: str, step: int | None = None, what: str = "config.init_fr
     mngr = ocp.CheckpointManager(directory, item_handlers=_item_handlers(),
                                  options=ocp.CheckpointManagerOptions(read_only=True, create=False))
     try:
-        steps = sorted(mngr.all_steps())
+        steps, explicit = sorted(mngr.all_steps()), step is not None
         step = step if step is not None else named if named is not None else mngr.latest_step()
         if step is None:
             raise FileNotFoundError(f"{what} {path!r}: no checkpoint found in {directory}")
         if step not in steps:
-            raise FileNotFoundError(f"{what} {path!r}: no checkpoint step {step} in {directory} (steps there: "
-                                    f"{steps})")
+            asked = f"--step {step}" if explicit else f"{what} {path!r}"  # the flag that named the step
+            raise FileNotFoundError(f"{asked}: no checkpoint step {step} in {directory} (steps there: {steps})")
         return directory, step, mngr.item_metadata(step)["state"].tree["params"]
     finally:
         mngr.close()

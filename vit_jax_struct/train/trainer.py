@@ -411,9 +411,12 @@ def train_and_evaluate(config, workdir: str, devices=None):
             process_index=jax.process_index(), process_count=jax.process_count(),
             num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256),
             worker_count=config.data.get("worker_count", 0))  # workers start at the first next(), after the restore
+        # A fresh run's warm start is read before the workdir is touched: a bad init_from fails writing nothing.
+        initial = _initial_state(config, parts, account) if config.get("init_from") and not _has_checkpoints(
+            workdir) else None
         workdir_lock = _acquire_lock(workdir)
         try:
-            return _train(config, workdir, parts, train_it, workdir_lock, runlog, account)
+            return _train(config, workdir, parts, train_it, workdir_lock, runlog, account, initial)
         finally:
             if workdir_lock is not None:
                 workdir_lock.release()
@@ -497,7 +500,34 @@ def _acquire_lock(workdir: str):
     return held
 
 
-def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
+def _has_checkpoints(workdir: str) -> bool:
+    """Whether `workdir/checkpoints/` holds a step folder (a run to resume; whether it restores is checked later)."""
+    directory = storage.join(workdir, "checkpoints")
+    return storage.isdir(directory) and any(name.isdigit() for name in storage.listdir(directory))
+
+
+def _initial_state(config, parts, account):
+    """The state a run without a checkpoint starts from: initialised from `config.seed`, with the parameters of
+    `config.init_from` when set (optimizer state fresh). Raises FileNotFoundError / ValueError naming init_from
+    (see `checkpoint.load_params`); writes nothing."""
+    state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))
+    if config.get("init_from"):
+        with account.measure("restore"):
+            weights = official.is_weights_file(config.init_from)  # .npz, timm / HF safetensors: models/official.py
+            try:
+                params, src_step = checkpoint.load_params(
+                    config.init_from, parts["abstract_state"]["params"], state["params"],
+                    checkpoint.official_options(config, parts["model"]) if weights else None)
+            except FileNotFoundError as e:  # every such message names the key the user set
+                if str(e).startswith("config.init_from"):
+                    raise
+                raise FileNotFoundError(f"config.init_from: {e}") from e
+        state["params"] = params
+        logging.info("warm start: parameters from %s (step %d); optimizer state fresh", config.init_from, src_step)
+    return state
+
+
+def _train(config, workdir, parts, train_it, workdir_lock, runlog, account, initial=None):
     mesh, abstract_state = parts["mesh"], parts["abstract_state"]
     state_sh = jax.tree.map(lambda s: s.sharding, abstract_state)
     save_checkpoints = config.get("save_checkpoints", True)
@@ -510,17 +540,8 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account):
         latest, state = ckpt.restore_latest(abstract_state, train_it, config.data.get("worker_count", 0))
     if latest is not None:
         logging.info("resuming from checkpoint %s (step %d of %d)", ckpt.step_dir(latest), latest, total)
-    else:
-        state = parts["init_state"](jax.random.fold_in(jax.random.key(config.seed), 0))
-        if config.get("init_from"):
-            with account.measure("restore"):
-                weights = official.is_weights_file(config.init_from)  # .npz, timm / HF safetensors: models/official.py
-                params, src_step = checkpoint.load_params(
-                    config.init_from, abstract_state["params"], state["params"],
-                    checkpoint.official_options(config, parts["model"]) if weights else None)
-            state["params"] = params
-            logging.info("warm start: parameters from %s (step %d); optimizer state fresh", config.init_from,
-                         src_step)
+    else:  # the state read before the lock, or (checkpoints there, none restored) read now
+        state = initial if initial is not None else _initial_state(config, parts, account)
     runlog.open(workdir)  # the run writes from here on: config.json, log.txt (with the records so far), metrics
     if jax.process_index() == 0:
         _write_config(config, workdir, latest or 0)
