@@ -263,6 +263,8 @@ def write_weights(params: dict, model: dict, fmt: str, out: str, *, image_size: 
                          "load": (f"timm.create_model({TIMM_BASE_MODEL!r}, pretrained=True, pretrained_cfg_overlay="
                                   f"dict(file=PATH, num_classes={num_classes}), **kwargs)")}
     tensors = convert(params, fmt, scan=bool(model.get("scan")))
+    if SUFFIX[fmt] and storage.dirname(out):  # a file's missing parent folders are made, as a workdir's are
+        storage.makedirs(storage.dirname(out))
     if fmt in ("vit_jax", "big_vision"):
         official.save_npz(out, tensors)
         files, sidecar = [storage.basename(out)], out + ".json"

@@ -173,7 +173,7 @@ def _run_model(workdir, reinit=""):
 def test_export_then_init_from_is_bitwise(run, fmt, tmp_path):
     name, workdir = run
     gap = name.startswith("gap")
-    out = str(tmp_path / ("out" + export.SUFFIX[fmt]))
+    out = str(tmp_path / "new" / ("out" + export.SUFFIX[fmt]))  # its parent folder is made
     if fmt == "hf" and gap:
         assert export.main([f"--workdir={workdir}", "--format=hf", f"--out={out}"]) == 2
         assert not os.path.exists(out)
