@@ -21,7 +21,7 @@ def test_redraw_writes_the_localization_maps_with_the_margin_in_the_title(tmp_pa
     m = np.full((4, 4), 0.1) + np.eye(4) * 0.3  # own patch 0.4, others 0.1: margin +0.300
     run = _run_with_analysis(tmp_path, m)
     titles = []
-    monkeypatch.setattr(plots, "_map_grid", lambda maps, grid, path, title, cmap, vmin, vmax, label:
+    monkeypatch.setattr(plots, "_map_grid", lambda maps, grid, path, title, cmap, vmin, vmax, label, **kw:
                         (titles.append((grid, title, vmin, vmax)), open(path, "wb").close()))
     assert plots.redraw(run) == [os.path.join(run, "analysis", "localization.png")]
     (grid, title, vmin, vmax), = titles

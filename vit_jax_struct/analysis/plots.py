@@ -188,11 +188,18 @@ def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, 
     plt.close(fig)
 
 
-def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label):
+def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label, min_size=None):
+    """One small map per entry of `maps` on a square-ish panel grid with one colour bar; `min_size` `(width,
+    height)` in inches, if given, makes room for a long title and colour-bar label (laid out by matplotlib's
+    constrained layout)."""
     n = len(maps)
     cols = math.ceil(math.sqrt(n))
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(1.1 * cols + 1, 1.1 * rows + 0.6), squeeze=False)
+    size = (1.1 * cols + 1, 1.1 * rows + 0.6)
+    if min_size:
+        size = (max(size[0], min_size[0]), max(size[1], min_size[1]))
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False,
+                             layout="constrained" if min_size else None)
     im = None
     for i, ax in enumerate(axes.flat):
         ax.set_xticks([])
@@ -267,11 +274,11 @@ def localization(m, grid, path, title):
     values, if any, saturate and the colour bar says so)."""
     vmax = LOCALIZATION_VMAX
     over = float(np.max(m)) > vmax
-    label = "linear CKA with the input patch (high: the token keeps that patch)" + (
-        f"; values above {vmax:g} shown as {vmax:g}" if over else "")
+    label = "linear CKA with the input patch\n(high: the token keeps that patch)" + (
+        f"\nvalues above {vmax:g} shown as {vmax:g}" if over else "")
     full = (f"{title}; localization margin {localization_margin(m):+.3f} (own patch − mean of the others; colour "
             f"scale 0 … {vmax:g} in every run)")
-    _map_grid(m, grid, path, textwrap.fill(full, 70), "magma", 0.0, vmax, label)
+    _map_grid(m, grid, path, textwrap.fill(full, 80), "magma", 0.0, vmax, label, min_size=(7.5, 6.0))
 
 
 def redraw(workdir: str) -> list[str]:
