@@ -12,7 +12,8 @@ from configs import common
 
 
 def get_config(arg=None):
-    del arg
+    if arg:
+        raise ValueError(f"config argument {arg!r}: configs/default.py takes none")
     c = common.base()
     c.total_steps = 1200
     c.batch_size = 64

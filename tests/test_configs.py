@@ -313,3 +313,9 @@ def test_cnn_width_is_validated(arg):
         validate.validate(c)
     c.model.width = 7  # any positive width builds (VGG-19 layers scale by width / 64)
     validate.validate(c)
+
+
+def test_a_config_without_arguments_refuses_one():
+    assert load("configs/default.py").total_steps == 1200
+    with pytest.raises(ValueError, match="configs/default.py takes none"):
+        load("configs/default.py", "foo")

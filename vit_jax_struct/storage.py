@@ -118,6 +118,11 @@ def makedirs(p) -> None:
         return
     try:
         os.makedirs(path(p), exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:  # name the file in the way, in words
+        blocker = next((str(q) for q in (path(p), *path(p).parents) if q.exists() and not q.is_dir()), None)
+        if blocker is None:
+            raise _wrap("cannot create the folder", p, e) from e
+        raise StorageError(f"cannot create the folder {p}: {blocker} is a file, not a folder") from e
     except Exception as e:
         raise _wrap("cannot create the folder", p, e) from e
 

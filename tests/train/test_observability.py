@@ -267,8 +267,8 @@ def test_cli_unwritable_workdir_is_one_line_exit_1(tmp_path):
         (tmp_path / "file").write_text("")
         rc, err = _main(*TINY, "--config.total_steps=1", f"--workdir={tmp_path}/file/w")
         assert rc == 1 and _error_lines(err) == [
-            f"error: StorageError: cannot create the folder {tmp_path}/file/w: NotADirectoryError: [Errno 20] Not a "
-            f"directory: '{tmp_path}/file/w'  (--traceback for the full trace)"], err[-2000:]
+            f"error: StorageError: cannot create the folder {tmp_path}/file/w: {tmp_path}/file is a file, not a "
+            f"folder  (--traceback for the full trace)"], err[-2000:]
         assert "Traceback" not in err
         return
     try:
@@ -358,3 +358,21 @@ def test_time_account_adds_up():
     assert timing.format_summary(s).startswith("wall 2.")
     with pytest.raises(KeyError, match="not one of"):
         acct.add("lunch", 1.0)
+
+
+def test_quiet_libraries_drops_orbax_chatter_and_its_expected_read_only_warnings_only():
+    import logging as logging_std
+
+    from vit_jax_struct.train import runlog
+
+    def record(level, path, msg, *args):
+        return logging_std.LogRecord("x", level, path, 1, msg, args, None)
+
+    orbax = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
+    keep = runlog.QuietLibraries().filter
+    assert not keep(record(logging_std.INFO, orbax, "saving step 3"))
+    assert not keep(record(logging_std.WARNING, orbax, "Given directory is read only=%s", "/w/checkpoints"))
+    read_only = "CheckpointManagerOptions.read_only=True, setting create=False."
+    assert not keep(record(logging_std.WARNING, orbax, read_only))
+    assert keep(record(logging_std.WARNING, orbax, "save of step 3 failed"))
+    assert keep(record(logging_std.INFO, "/repo/vit_jax_struct/train/trainer.py", "step 3"))

@@ -244,3 +244,13 @@ def test_basename_and_dirname_split_local_paths_and_urls_alike():
     assert (storage.basename("/w/sweep/full,seed=0"), storage.dirname("/w/sweep/full,seed=0")) == (
         "full,seed=0", "/w/sweep")
     assert storage.dirname("run") == ""
+
+
+def test_makedirs_names_the_file_in_the_way(tmp_path):
+    (tmp_path / "f").write_text("")
+    for target in (tmp_path / "f", tmp_path / "f" / "a" / "b"):
+        with pytest.raises(storage.StorageError) as e:
+            storage.makedirs(target)
+        assert str(e.value) == f"cannot create the folder {target}: {tmp_path / 'f'} is a file, not a folder"
+    storage.makedirs(tmp_path / "ok" / "x")  # and a plain new folder is made
+    assert (tmp_path / "ok" / "x").is_dir()

@@ -21,12 +21,19 @@ from vit_jax_struct import storage
 _QUIET_LIBRARIES = ("orbax", "grain", "array_record", "gcsfs", "fsspec")
 
 
+# Orbax warnings about a checkpoint manager opened read-only on purpose (restoring, analysing, reading init_from).
+_EXPECTED_WARNINGS = ("CheckpointManagerOptions.read_only=True", "Given directory is read only")
+
+
 class QuietLibraries(logging_std.Filter):
-    """Drops INFO chatter of orbax and grain (every save logs dozens of lines); their warnings still show."""
+    """Drops INFO chatter of orbax and grain (every save logs dozens of lines) and orbax's warnings that a manager
+    opened read-only on purpose is read-only; their other warnings still show."""
 
     def filter(self, record):
-        return record.levelno >= logging_std.WARNING or not any(
-            f"/{lib}/" in record.pathname for lib in _QUIET_LIBRARIES)
+        quiet = any(f"/{lib}/" in record.pathname for lib in _QUIET_LIBRARIES)
+        if not quiet:
+            return True
+        return record.levelno >= logging_std.WARNING and not record.getMessage().startswith(_EXPECTED_WARNINGS)
 
 
 class RunLog(logging_std.Handler):
