@@ -185,8 +185,9 @@ def test_report_writes_training_curve_pngs(tmp_path, monkeypatch):
         assert f"(curves/{comparison})" in f.read()
     with pytest.raises(ValueError, match="at least one run"):
         plots.training_curves({}, os.path.join(out, "x.png"), "empty")
-    # A comparison figure an earlier scoreboard drew under another label is removed; other files stay.
-    for stale in ("R5acc_GAP_vs_CLS_old_label.png", "notes.png"):
+    # A comparison figure an earlier scoreboard drew under another label is removed, and a run's figure under its
+    # other name (with its sweep's); other files stay.
+    for stale in ("R5acc_GAP_vs_CLS_old_label.png", "notes.png", f"{os.path.basename(root)}_base0.png"):
         with open(os.path.join(out, "curves", stale), "wb") as fh:
             fh.write(b"x")
     assert report.main(["--runs", root, "--out", out]) == 0

@@ -294,11 +294,14 @@ def write_curves(runs, rows, out: str) -> dict:
     records = {r["run"]: metrics.read_metrics(r["run"]) for r in runs}
     written = {"runs": [], "comparisons": []}
     names = [storage.basename(r["run"]) for r in runs]
+    other_names = set()  # the file name each run's figure would have under the other naming: stale if present
     for r, name in zip(runs, names):
         # Two sweeps may hold runs of one name (a run trained again elsewhere): those files are named with the sweep.
         sweep = storage.basename(storage.dirname(r["run"]))
+        plain, prefixed = (f"{_slug(n.replace('/', '_'))}.png" for n in (name, f"{sweep}/{name}"))
         label = f"{sweep}/{name}" if names.count(name) > 1 else name
-        path = storage.join(folder, f"{_slug(label.replace('/', '_'))}.png")
+        other_names.add(plain if names.count(name) > 1 else prefixed)
+        path = storage.join(folder, prefixed if names.count(name) > 1 else plain)
         plots.training_curves({name: records[r["run"]]}, path, f"{label} ({r['model']}, {r['dataset']})")
         written["runs"].append(path)
     for row in rows:
@@ -309,12 +312,13 @@ def write_curves(runs, rows, out: str) -> dict:
         path = storage.join(folder, f"{_slug(row['id'] + '_' + row['comparison'])}.png")
         plots.training_curves(arms, path, f"{row['id']}: {row['comparison']}")
         written["comparisons"].append((row["id"], row["comparison"], path))
-    # A comparison's figure from an earlier scoreboard that this one no longer draws (its label changed, e.g. when a
-    # second model made the labels name the model) would be left behind unlinked: removed.
+    # A figure from an earlier scoreboard that this one no longer draws would be left behind unlinked: removed — a
+    # comparison's whose label changed (e.g. when a second model made the labels name the model), and a run's under
+    # its other name (e.g. without its sweep's, before a second sweep held a run of that name).
     ids = tuple(f"{_slug(c.id)}_" for c in catalog.COMPARISONS)
-    keep = {storage.basename(p) for _, _, p in written["comparisons"]}
+    keep = {storage.basename(p) for p in written["runs"]} | {storage.basename(p) for _, _, p in written["comparisons"]}
     for name in storage.listdir(folder):
-        if name.endswith(".png") and name.startswith(ids) and name not in keep:
+        if name.endswith(".png") and (name.startswith(ids) or name in other_names) and name not in keep:
             storage.remove(storage.join(folder, name))
     return written
 
