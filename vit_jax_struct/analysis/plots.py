@@ -228,8 +228,11 @@ def within_cka(matrix, layers, name: str, model: dict, path) -> None:
     """The CKA of every layer pair of one model (`[L, L]`, `layers` its names); a model with a block's skip
     connections removed (`model["skip_ablation"]` "B:…") gets a dashed line before block B, where R4's split is
     measured (`verdicts.cka_split`)."""
-    ablated = str(model.get("skip_ablation") or "")
-    block = f"block{int(ablated.split(':')[0]):02d}" if ablated[:1].isdigit() else None
+    from vit_jax_struct.models.vit import parse_skip_ablation  # flax only where a CKA map is drawn
+
+    depth = sum(name.startswith("block") for name in layers)
+    ablated = sorted(parse_skip_ablation(model.get("skip_ablation"), depth))
+    block = f"block{ablated[0]:02d}" if ablated else None
     split = list(layers).index(block) if block in layers else None
     title = f"CKA within {name}" + (f"; skip connections of {block} removed (dashed: the split before it)"
                                     if split is not None else "")
@@ -248,17 +251,11 @@ def cross_cka(result: dict, name: str, other: str, path) -> None:
     `analysis.run.cross_cka` result; a ResNet's columns are grouped as R1 groups them (`cka.resnet_unit_groups`).
     The other model is a ResNet when the result says so ("other_model"), or else when the other run's config.json,
     where it was recorded, does."""
-    kind = result.get("other_model")
-    if kind is None:
-        cfg = storage.join(result.get("other", ""), "config.json")
-        kind = json.loads(storage.read_text(cfg)).get("model", {}).get("name") if result.get("other") and \
-            storage.exists(cfg) else None
-    groups = None
-    if kind == "resnet":
-        try:
-            groups = resnet_unit_groups(result["other_layers"])
-        except ValueError:
-            groups = None
+    kind, cfg = result.get("other_model"), storage.join(result.get("other") or ".", "config.json")
+    if kind is None and result.get("other") and storage.exists(cfg):  # a result from before "other_model"
+        kind = json.loads(storage.read_text(cfg)).get("model", {}).get("name")
+    units = sum(name.startswith("block") for name in result["other_layers"])
+    groups = resnet_unit_groups(result["other_layers"]) if kind == "resnet" and units >= 4 else None
     title = f"CKA: {name} vs {other}" + ("; top axis: the ResNet's unit groups R1 compares" if groups else "")
     heatmap(result["matrix"], result["layers"], result["other_layers"], title, path, ylabel=f"layer of {name}",
             xlabel=f"layer of {other}", col_groups=groups)
@@ -267,24 +264,26 @@ def cross_cka(result: dict, name: str, other: str, path) -> None:
 LOCALIZATION_VMAX = 0.5  # one colour scale for every run's map, so maps of two runs compare at a glance
 
 
-def localization(m, grid, path, title):
+def localization(m, grid, path, classifier, own_patch_fraction: float):
     """One map per output token: its CKA with the input patch at every grid location (`m`: `[N, N]` token × patch
-    CKA, `grid`: `(rows, cols)` with rows·cols = N). The title adds the localization margin
-    (`localization.margin`, the number R5 judges); the colour scale is 0 … `LOCALIZATION_VMAX` for every run (higher
-    values, if any, saturate and the colour bar says so)."""
+    CKA, `grid`: `(rows, cols)` with rows·cols = N). The title names the model's `classifier`, the fraction of
+    tokens whose best patch is their own, and the localization margin (`localization.margin`, the number R5
+    judges); the colour scale is 0 … `LOCALIZATION_VMAX` for every run (higher values, if any, saturate and the
+    colour bar says so)."""
     vmax = LOCALIZATION_VMAX
     over = float(np.max(m)) > vmax
     label = "linear CKA with the input patch\n(high: the token keeps that patch)" + (
         f"\nvalues above {vmax:g} shown as {vmax:g}" if over else "")
-    full = (f"{title}; localization margin {localization_margin(m):+.3f} (own patch − mean of the others; colour "
-            f"scale 0 … {vmax:g} in every run)")
+    full = (f"token–patch CKA ({classifier}); own patch best for {own_patch_fraction:.0%}; localization margin "
+            f"{localization_margin(m):+.3f} (own patch − mean of the others; colour scale 0 … {vmax:g} in every run)")
     _map_grid(m, grid, path, textwrap.fill(full, 80), "magma", 0.0, vmax, label, min_size=(7.5, 6.0))
 
 
 def redraw(workdir: str) -> list[str]:
     """Redraws the figures of `workdir/analysis/` that `analysis.json` and `analysis/cross_cka/*.json` hold the
-    numbers of (the CKA heatmaps, the cross-model ones and the localization maps), without the checkpoint, e.g. for archived runs; returns the paths written. Raises FileNotFoundError
-    naming the file if the run has no `analysis/analysis.json`."""
+    numbers of (the CKA heatmaps, the cross-model ones and the localization maps) without the checkpoint, e.g. for
+    archived runs; returns the paths written. Raises FileNotFoundError naming the file if the run has no
+    `analysis/analysis.json`."""
     path = storage.join(workdir, "analysis", "analysis.json")
     if not storage.exists(path):
         raise FileNotFoundError(f"{path}: no analysis to redraw (run main.py --mode=analyze on the run first)")
@@ -314,8 +313,8 @@ def redraw(workdir: str) -> list[str]:
         m = np.asarray(res["localization"]["matrix"], float)
         side = int(round(math.sqrt(len(m))))
         out = storage.join(workdir, "analysis", "localization.png")
-        localization(m, (side, side), out, f"token–patch CKA ({res.get('model', {}).get('classifier')}); own patch "
-                     f"best for {res['localization']['own_patch_fraction']:.0%}")
+        localization(m, (side, side), out, res.get("model", {}).get("classifier"),
+                     res["localization"]["own_patch_fraction"])
         written.append(out)
     return written
 

@@ -367,8 +367,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
                                  uniform=float(attention.grid_distances(grid, patch).mean()))
         m, frac = loc.result()
         results["localization"] = {"matrix": m.tolist(), "own_patch_fraction": frac}
-        plots.localization(m, grid, storage.join(out_dir, "localization.png"),
-                           f"token–patch CKA ({config.model.get('classifier')}); own patch best for {frac:.0%}")
+        plots.localization(m, grid, storage.join(out_dir, "localization.png"), config.model.get("classifier"), frac)
         results["skip_norm_ratios"] = {k: v / n_batches for k, v in ratio_sums.items()}
         plots.skip_norms(results["skip_norm_ratios"], storage.join(out_dir, "skip_norms.png"))
         if config.model.get("posemb", "learn") == "learn":

@@ -115,11 +115,10 @@ def r1_pattern(matrix, layers, other_layers) -> float:
     Raises:
       ValueError: no ViT `block00`, or fewer than 4 ResNet units.
     """
+    if "block00" not in layers:
+        raise ValueError(f"R1 needs ViT block00, got {list(layers)}")
+    groups = cka.resnet_unit_groups(other_layers)  # raises on fewer than 4 units
     m = np.asarray(matrix, float)
-    units = sorted(n for n in other_layers if n.startswith("block"))
-    if "block00" not in layers or len(units) < 4:
-        raise ValueError(f"R1 needs ViT block00 and ≥ 4 ResNet units, got {list(layers)} × {list(other_layers)}")
-    groups = cka.resnet_unit_groups(other_layers)
     row = m[list(layers).index("block00")]
     return float(row[groups["middle"]].mean() - row[groups["early"]].mean())
 
