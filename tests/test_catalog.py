@@ -24,7 +24,7 @@ def test_catalog_covers_every_row_with_commands():
             assert os.path.exists(os.path.join(ROOT, p)), p
         text = " ".join((r.small, r.full, r.knob, r.pending))
         assert "DESIGN" not in text and "../shared" not in text and "shared/" not in text
-    assert {c.id for c in catalog.COMPARISONS} == {"J1", "J2", "J2+", "J3", "R3", "R5acc"}
+    assert {c.id for c in catalog.COMPARISONS} == {"J1", "J2", "J2+", "J3", "J3fine", "R3", "R5acc"}
 
 
 def test_catalog_is_data_that_imports_nothing_of_the_package():

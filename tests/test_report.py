@@ -41,12 +41,23 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
         _run(root, f"rn{seed}", a, seed=seed, model=dict(cnn))
         _run(root, f"rn_perm{seed}", b, seed=seed, model=dict(cnn), permute_patches=True,
              permutation_patch_size=8)
+        # J3fine: finer (4-px) blocks, compared with the 8-px arm, not with the unpermuted one.
+        _run(root, f"rn_perm4_{seed}", (0.40, 0.38, 0.41)[seed], seed=seed, model=dict(cnn), permute_patches=True,
+             permutation_patch_size=4)
     runs = report.mark(report.find_runs([root]))
-    assert len(runs) == 18 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
+    assert len(runs) == 21 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
     perms = {os.path.basename(r["run"]): r["permutation"] for r in runs}
     assert (perms["perm0"], perms["perm_pi1"], perms["rn_perm0"]) == ("patch", "patch, π seed 1", "8px")
     assert [r["run"] for r in runs if r["smoke"]] == [os.path.join(root, "other_budget")]
-    rows = {r["id"]: r for r in report.compare(runs)}
+    compared = report.compare(runs)
+    j3 = {r["comparison"].split("] [")[1].split("]")[0]: r for r in compared if r["id"] == "J3"}
+    assert set(j3) == {"4px", "8px"}  # one J3 comparison per block size, each against the unpermuted arm
+    assert j3["4px"]["effect"].delta == pytest.approx((40 + 38 + 41 - 70 - 72 - 71) / 3)
+    rows = {r["id"]: r for r in compared}
+    fine = scipy.stats.ttest_ind([40.0, 38.0, 41.0], [50.0, 46.0, 48.0], equal_var=False)
+    assert rows["J3fine"]["effect"].delta == pytest.approx((40 + 38 + 41 - 50 - 46 - 48) / 3)
+    assert rows["J3fine"]["effect"].df == pytest.approx(fine.df) and rows["J3fine"]["status"] == "reproduced"
+    assert sorted(os.path.basename(w) for w in rows["J3fine"]["runs"][:3]) == ["rn_perm0", "rn_perm1", "rn_perm2"]
     j2 = rows["J2"]
     ref = scipy.stats.ttest_ind([60.5, 61.2, 61.5], [60.0, 62.0, 61.0], equal_var=False)
     ci = ref.confidence_interval(0.95)
@@ -57,15 +68,15 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     assert rows["J2+"]["status"] == "reproduced"
     assert rows["J2+"]["effect"].delta == pytest.approx((50 + 52 + 49 - 60 - 62 - 61) / 3)
     assert rows["J1"]["status"] == "inconclusive" and rows["J1"]["effect"] is None  # one seed: no interval
-    assert rows["J3"]["status"] == "reproduced" and rows["J3"]["effect"].delta == pytest.approx(-23.0)
-    assert "[ResNet-18" in rows["J3"]["comparison"]  # a CNN comparison names its model even when it is the only one
+    assert j3["8px"]["status"] == "reproduced" and j3["8px"]["effect"].delta == pytest.approx(-23.0)
+    assert "[ResNet-18" in j3["8px"]["comparison"]  # a CNN comparison names its model even when it is the only one
     md, csv_path = report.write(runs, list(rows.values()), str(tmp_path / "out"), "python launch/sweep.py …")
     with open(md) as f:
         text = f.read()
     assert "| J3 |" in text and "python launch/sweep.py" in text and "**reproduced**" in text
     assert "1 smoke or unfinished run(s)" in text
     with open(csv_path) as f:
-        assert f.read().count("\n") == 19
+        assert f.read().count("\n") == 22
     with open(os.path.join(tmp_path, "out", "verdicts.json")) as f:
         assert {v["id"] for v in json.load(f)} == set(rows)
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0
@@ -93,10 +104,14 @@ def test_row_status_combines_the_claims_comparisons_and_checks_are_never_reprodu
     # J5's claim includes the paper's own association count (J5assoc): a contradiction there is the row's
     assert report.row_status("J5", [v("J5", "reproduced"), v("J5err", "reproduced"), v("J5assoc", "contradicts")]) \
         == ("contradicts", "2 of 3 comparisons reproduced")
-    # J3 names two CNNs: ResNet-18 alone cannot make the row reproduced
-    assert report.row_status("J3", [v("J3", "reproduced")]) == (
-        "inconclusive", "1 of 2 comparisons reproduced, 1 not yet run")
-    assert report.row_status("J3", [v("J3", "reproduced")] * 2) == ("reproduced", "2 of 2 comparisons reproduced")
+    # J3 names two CNNs, each at 8-px and 4-px blocks vs unpermuted and 4-px vs 8-px: the 8-px comparisons alone
+    # cannot make the row reproduced
+    assert report.row_status("J3", [v("J3", "reproduced")] * 2) == (
+        "inconclusive", "2 of 6 comparisons reproduced, 4 not yet run")
+    assert report.row_status("J3", [v("J3", "reproduced")] * 4 + [v("J3fine", "reproduced")] * 2) == (
+        "reproduced", "6 of 6 comparisons reproduced")
+    assert report.row_status("J3", [v("J3", "reproduced")] * 4 + [v("J3fine", "reproduced"),
+                                                                  v("J3fine", "inconclusive")])[0] == "inconclusive"
     assert report.shown_status("J2+", "reproduced") == "check: as expected"
     assert report.shown_status("J7rand", "contradicts") == "check: not as expected"
     assert report.shown_status("J2", "reproduced") == "reproduced"

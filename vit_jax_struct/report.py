@@ -201,7 +201,7 @@ def compare(runs) -> list[dict]:
         many_models = len({m for _, m, _ in cells}) > 1
         for dataset, model, steps in cells:
             arm = [r for r in fam if (r["dataset"], r["model"], r["steps"]) == (dataset, model, steps)]
-            base = [r for r in arm if _matches(r, {})]
+            base = [r for r in arm if _matches(r, c.baseline)]
             treat = [r for r in arm if _matches(r, c.knobs)]
             wild = [k for k, v in c.knobs.items() if v == "*"]
             for g in sorted({tuple(r[k] for k in wild) for r in treat}):

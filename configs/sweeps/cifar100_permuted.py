@@ -24,7 +24,9 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
   the scoreboard labels its permutation "patch, π seed k";
 - `vit_positional` (J1: positional attention in every block, as Jelassi et al. §6), `vit_gap` (R5/R8: GAP classifier), `vit_skip3` (R3/R4:
   both residuals of block 3 of 6 removed): further catalog rows against the same `vit_original` baseline;
-- `cnn_{resnet18,vgg19}_{original,permuted8}`: J3's CNNs (16 channels in the first stage, `cnn_steps`), 8-px blocks.
+- `cnn_{resnet18,vgg19}_{original,permuted8,permuted4}`: J3's CNNs (16 channels in the first stage, `cnn_steps`),
+  unpermuted, 8-px and 4-px blocks (the paper's Fig. 5 is a curve over block sizes: the finer, the larger the loss;
+  the 4-px arms were added after the 8-px results existed, before any 4-px CNN run, 3 seeds as for every arm).
   XLA's CPU convolutions are slow: `python benchmarks/train_step.py --config=configs/cifar10_vit.py:model=resnet18
   --config.model.width=16 --steps=3` gives 2.7 s a step for ResNet-18 and 1.9 s for VGG-19 (batch 128, 2 cores shared
   with a training run; about 30 % of the matmul rate measured beside it; benchmarks/results/train_step.jsonl), so
@@ -56,7 +58,10 @@ def get_sweep(arg=None):
         cnn = f"configs/cifar10_vit.py:model={model},steps={a.cnn_steps}"
         extra = {"model.width": a.cnn_width}
         arms += [(f"cnn_{model}w{a.cnn_width}_original", cnn, extra),
-                 (f"cnn_{model}w{a.cnn_width}_permuted8", cnn, {**extra, "data.permute_patches": True})]
+                 (f"cnn_{model}w{a.cnn_width}_permuted8", cnn, {**extra, "data.permute_patches": True}),
+                 # J3's "more the finer the blocks": 4-px blocks (added after the 8-px results existed).
+                 (f"cnn_{model}w{a.cnn_width}_permuted4", cnn,
+                  {**extra, "data.permute_patches": True, "data.permutation_patch_size": 4})]
     runs = []
     for seed in range(a.seeds):
         for name, config, overrides in arms:
