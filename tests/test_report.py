@@ -223,6 +223,39 @@ def test_report_writes_training_curve_pngs(tmp_path, monkeypatch):
 
 
 
+def test_block_size_figure_draws_each_cnns_loss_beside_the_papers(tmp_path, monkeypatch):
+    """J3 as the paper's Fig. 5: accuracy − the mean unpermuted accuracy per block side, the unpermuted arm at 32 px."""
+    from vit_jax_struct import catalog
+    from vit_jax_struct.analysis import plots
+
+    root = str(tmp_path / "runs")
+    cnn = {"name": "resnet", "depth": 18}
+    for seed, (a, b, c) in enumerate(((0.70, 0.50, 0.40), (0.72, 0.46, 0.38))):
+        _run(root, f"rn{seed}", a, seed=seed, model=dict(cnn))
+        _run(root, f"rn_perm8_{seed}", b, seed=seed, model=dict(cnn), permute_patches=True, permutation_patch_size=8)
+        _run(root, f"rn_perm4_{seed}", c, seed=seed, model=dict(cnn), permute_patches=True, permutation_patch_size=4)
+    # Another permutation seed is not a point of the curve.
+    _run(root, "rn_pi1", 0.1, seed=1, model=dict(cnn), permute_patches=True, permutation_seed=1)
+    runs = report.mark(report.find_runs([root]))
+    assert [report._block_px(p) for p in ("none", "8px", "4px", "8px, π seed 1")] == [32, 8, 4, None]
+    drawn = {}
+    monkeypatch.setattr(plots, "block_size_curves", lambda models, path, title: drawn.update(models=models, path=path))
+    paths = report.write_block_size(runs, str(tmp_path))
+    assert paths == [str(tmp_path / "J3_block_size_unknown_dataset_1000_steps.png")] == [drawn["path"]]
+    label, ours = drawn["models"]["ResNet-18"]["ours"]
+    assert label == "ours: ResNet-18, unpermuted 71.0 %"
+    assert sorted(ours) == [4, 8, 32]
+    assert ours[4] == pytest.approx([-31.0, -33.0]) and ours[8] == pytest.approx([-21.0, -25.0])
+    assert ours[32] == pytest.approx([-1.0, 1.0])
+    paper = drawn["models"]["VGG-19"]["paper"][1]  # the paper's curve relative to its own unpermuted accuracy
+    assert paper[32] == 0.0 and paper[8] == catalog.J3_PAPER_FIG5["VGG-19"][8] - catalog.J3_PAPER_FIG5["VGG-19"][32]
+    monkeypatch.undo()
+    path = report.write_block_size(runs, str(tmp_path))[0]
+    with open(path, "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="at least one series of ours"):
+        plots.block_size_curves({"VGG-19": {"paper": ("p", {32: 0.0})}}, str(tmp_path / "x.png"), "empty")
+
 
 def test_archive_keeps_each_sweep_in_its_own_folder_and_skips_unfinished_runs(tmp_path):
     a, b = str(tmp_path / "sweepA"), str(tmp_path / "sweepB")

@@ -312,15 +312,60 @@ def write_curves(runs, rows, out: str) -> dict:
         path = storage.join(folder, f"{_slug(row['id'] + '_' + row['comparison'])}.png")
         plots.training_curves(arms, path, f"{row['id']}: {row['comparison']}")
         written["comparisons"].append((row["id"], row["comparison"], path))
+    written["block_size"] = write_block_size(runs, folder)
     # A figure from an earlier scoreboard that this one no longer draws would be left behind unlinked: removed — a
     # comparison's whose label changed (e.g. when a second model made the labels name the model), and a run's under
     # its other name (e.g. without its sweep's, before a second sweep held a run of that name).
     ids = tuple(f"{_slug(c.id)}_" for c in catalog.COMPARISONS)
-    keep = {storage.basename(p) for p in written["runs"]} | {storage.basename(p) for _, _, p in written["comparisons"]}
+    keep = {storage.basename(p) for p in (*written["runs"], *written["block_size"])} | \
+        {storage.basename(p) for _, _, p in written["comparisons"]}
     for name in storage.listdir(folder):
         if name.endswith(".png") and (name.startswith(ids) or name in other_names) and name not in keep:
             storage.remove(storage.join(folder, name))
     return written
+
+
+def _block_px(permutation: str, image_size: int = 32) -> int | None:
+    """The side of the permuted pixel blocks of a CNN run's `permutation` cell: "<k>px" → k, "none" → `image_size`
+    (CIFAR's 32: one block, unpermuted, as on the paper's Fig. 5 axis); None for another permutation seed."""
+    if permutation == "none":
+        return image_size
+    m = re.fullmatch(r"(\d+)px", permutation)
+    return int(m.group(1)) if m else None
+
+
+def write_block_size(runs, folder: str) -> list[str]:
+    """J3 as Jelassi et al.'s Fig. 5 draws it: per CNN, the accuracy lost to permuting pixel blocks of each size
+    (accuracy − the mean unpermuted accuracy of the same CNN, dataset and budget, in points; a dot per seed) beside
+    the paper's curves read off its plot (`catalog.J3_PAPER_FIG5`, relative to its own unpermuted accuracy). One
+    figure `folder/J3_block_size_<dataset>_<steps>_steps.png` per dataset and budget with a permuted CNN arm (smoke
+    and duplicate runs left out). Returns the paths written."""
+    from vit_jax_struct.analysis import plots  # matplotlib only when curves are written
+
+    cnn = [r for r in runs if r["family"] == "cnn" and not r.get("smoke") and not r.get("duplicate_of")
+           and _block_px(r["permutation"]) is not None]
+    paths = []
+    for dataset, steps in sorted({(r["dataset"], r["steps"]) for r in cnn if r["permutation"] != "none"}):
+        models = {name: {"paper": (f"Jelassi et al. Fig. 5: {name}, unpermuted {curve[32]:.0f} %",
+                                   {px: acc - curve[32] for px, acc in curve.items()})}
+                  for name, curve in catalog.J3_PAPER_FIG5.items()}
+        for model in sorted({r["model"] for r in cnn if (r["dataset"], r["steps"]) == (dataset, steps)}):
+            arm = [r for r in cnn if (r["dataset"], r["model"], r["steps"]) == (dataset, model, steps)]
+            base = [100 * r["eval/accuracy"] for r in arm if r["permutation"] == "none"]
+            if not base or len(arm) == len(base):
+                continue
+            ref = sum(base) / len(base)
+            # "ResNet-18 (width 16)" is drawn in the colour of the paper's "ResNet-18"
+            models.setdefault(model.split(" (")[0], {})["ours"] = (f"ours: {model}, unpermuted {ref:.1f} %", {
+                px: [100 * r["eval/accuracy"] - ref for r in arm if _block_px(r["permutation"]) == px]
+                for px in sorted({_block_px(r["permutation"]) for r in arm})})
+        if not any("ours" in m for m in models.values()):
+            continue
+        path = storage.join(folder, f"J3_block_size_{_slug(dataset) or 'unknown_dataset'}_{steps}_steps.png")
+        plots.block_size_curves(models, path, f"J3: accuracy lost to permuted pixel blocks, CNNs on {dataset}, "
+                                f"ours after {steps} steps, the paper's trained to convergence")
+        paths.append(path)
+    return paths
 
 
 def _display_path(path: str) -> str:
@@ -406,6 +451,10 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
                   ""]
         for path in curves["runs"]:
             lines.append(f"- [{storage.basename(path)}](curves/{storage.basename(path)})")
+    if curves and curves.get("block_size"):
+        lines += ["", "J3 as the paper's Fig. 5 draws it, accuracy lost vs the side of the permuted blocks, ours beside "
+                  "the paper's:", ""]
+        lines += [f"- [{storage.basename(p)}](curves/{storage.basename(p)})" for p in curves["block_size"]]
     lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     repeated = {n for n, c in collections.Counter(storage.basename(r["run"]) for r in runs).items() if c > 1}
 

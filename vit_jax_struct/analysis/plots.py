@@ -188,6 +188,55 @@ def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, 
     plt.close(fig)
 
 
+def block_size_curves(models: dict, path, title: str):
+    """Accuracy lost to permuted pixel blocks vs the blocks' side on a log2 axis (Jelassi et al. Fig. 5's view), one
+    colour per model.
+
+    `models`: `{model: {"ours": (label, {block px: [accuracy − unpermuted, points, one per seed]}), "paper": (label,
+    {block px: points})}}`, either part optional. Ours: solid lines through the means with a ± 1 sample s.d. band and
+    a dot per seed; the paper's (one read-off value per point): dashed with open markers. The largest side (the whole
+    image) is the unpermuted arm.
+
+    Raises:
+      ValueError: no model has a series of ours.
+    """
+    if not any("ours" in m for m in models.values()):
+        raise ValueError("block_size_curves needs at least one series of ours")
+    fig, ax = plt.subplots(figsize=(9.5, 4), layout="constrained")
+    sides = set()
+    for i, parts in enumerate(models.values()):
+        color = f"C{i}"
+        if "paper" in parts:
+            label, pts = parts["paper"]
+            xs = sorted(pts)
+            sides |= set(xs)
+            ax.plot(xs, [pts[x] for x in xs], ls="--", marker="o", mfc="none", lw=1.2, color=color, label=label)
+        if "ours" in parts:
+            label, pts = parts["ours"]
+            xs = sorted(pts)
+            sides |= set(xs)
+            vals = [np.asarray(pts[x], float) for x in xs]
+            mean = np.asarray([v.mean() for v in vals])
+            std = np.asarray([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals])
+            ns = sorted({len(v) for v in vals})
+            ax.plot(xs, mean, marker="o", ms=4, lw=1.8, color=color,
+                    label=f"{label} (n={ns[0]}" + (f"–{ns[-1]}" if len(ns) > 1 else "") + " seeds per point)")
+            ax.fill_between(xs, mean - std, mean + std, color=color, alpha=0.2)
+            for x, v in zip(xs, vals, strict=True):
+                ax.scatter(np.full(len(v), x), v, s=8, color=color, alpha=0.6)
+    sides = sorted(sides)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sides, [f"{x}" + (" (unpermuted)" if x == sides[-1] else "") for x in sides], fontsize=8)
+    ax.axhline(0.0, color="0.6", lw=0.8)
+    ax.set_xlabel("side of the permuted pixel blocks (px; the whole image: unpermuted)")
+    ax.set_ylabel("top-1 accuracy − unpermuted (points)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(textwrap.fill(title + " — solid: ours, mean over seeds ± 1 s.d., a dot per seed; dashed: the "
+                               "paper's, read off its plot", 110), fontsize=9)
+    storage.savefig(fig, path, dpi=110)
+    plt.close(fig)
+
+
 def _map_grid(maps, grid, path, title, cmap, vmin, vmax, label, min_size=None):
     """One small map per entry of `maps` on a square-ish panel grid with one colour bar; `min_size` `(width,
     height)` in inches, if given, makes room for a long title and colour-bar label (laid out by matplotlib's
