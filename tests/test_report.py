@@ -57,6 +57,9 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     fine = scipy.stats.ttest_ind([40.0, 38.0, 41.0], [50.0, 46.0, 48.0], equal_var=False)
     assert rows["J3fine"]["effect"].delta == pytest.approx((40 + 38 + 41 - 50 - 46 - 48) / 3)
     assert rows["J3fine"]["effect"].df == pytest.approx(fine.df) and rows["J3fine"]["status"] == "reproduced"
+    fine_ci = fine.confidence_interval(0.95)
+    assert (rows["J3fine"]["effect"].low, rows["J3fine"]["effect"].high) == (pytest.approx(fine_ci.low),
+                                                                            pytest.approx(fine_ci.high))
     assert sorted(os.path.basename(w) for w in rows["J3fine"]["runs"][:3]) == ["rn_perm0", "rn_perm1", "rn_perm2"]
     j2 = rows["J2"]
     ref = scipy.stats.ttest_ind([60.5, 61.2, 61.5], [60.0, 62.0, 61.0], equal_var=False)
@@ -242,19 +245,24 @@ def test_block_size_figure_draws_each_cnns_loss_beside_the_papers(tmp_path, monk
     monkeypatch.setattr(plots, "block_size_curves", lambda models, path, title: drawn.update(models=models, path=path))
     paths = report.write_block_size(runs, str(tmp_path))
     assert paths == [str(tmp_path / "J3_block_size_unknown_dataset_1000_steps.png")] == [drawn["path"]]
-    label, ours = drawn["models"]["ResNet-18"]["ours"]
-    assert label == "ours: ResNet-18, unpermuted 71.0 %"
+    label, ref, ours = drawn["models"]["ResNet-18"]["ours"]
+    assert label == "ours: ResNet-18, unpermuted 71.0 %" and ref == pytest.approx(71.0)
     assert sorted(ours) == [4, 8, 32]
-    assert ours[4] == pytest.approx([-31.0, -33.0]) and ours[8] == pytest.approx([-21.0, -25.0])
-    assert ours[32] == pytest.approx([-1.0, 1.0])
-    paper = drawn["models"]["VGG-19"]["paper"][1]  # the paper's curve relative to its own unpermuted accuracy
-    assert paper[32] == 0.0 and paper[8] == catalog.J3_PAPER_FIG5["VGG-19"][8] - catalog.J3_PAPER_FIG5["VGG-19"][32]
+    assert ours[4] == pytest.approx([40.0, 38.0]) and ours[8] == pytest.approx([50.0, 46.0])
+    assert ours[32] == pytest.approx([70.0, 72.0])
+    assert "VGG-19" not in drawn["models"]  # the paper's CIFAR-100 curves: not beside runs of another data set
+    for r in runs:
+        r["dataset"] = "cifar100"
+    report.write_block_size(runs, str(tmp_path))
+    assert drawn["models"]["VGG-19"]["paper"][1:] == (catalog.J3_PAPER_FIG5["VGG-19"][32],
+                                                      catalog.J3_PAPER_FIG5["VGG-19"])
     monkeypatch.undo()
     path = report.write_block_size(runs, str(tmp_path))[0]
+    assert path.endswith("J3_block_size_cifar100_1000_steps.png")
     with open(path, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="at least one series of ours"):
-        plots.block_size_curves({"VGG-19": {"paper": ("p", {32: 0.0})}}, str(tmp_path / "x.png"), "empty")
+        plots.block_size_curves({"VGG-19": {"paper": ("p", 76.0, {32: 76.0})}}, str(tmp_path / "x.png"), "empty")
 
 
 def test_archive_keeps_each_sweep_in_its_own_folder_and_skips_unfinished_runs(tmp_path):

@@ -175,8 +175,7 @@ ROWS = (
                "docs/results/curves/J3_permuted_vs_original_patches_CNN_VGG-19_width_16_8px_cifar100_1000_steps.png",
                "docs/results/curves/J3_block_size_cifar100_1000_steps.png"),
         pending="none for the 8-px and 4-px blocks at this scale (ResNet-18 and VGG-19, 3 seeds each, 1000 steps: "
-                "≈ 8 min a run alone on 2 CPU cores); the rest of the paper's curve over block sizes (2, 16 and 32 "
-                "px), and its budget (models trained to convergence, near 80 / 76 % unpermuted), on an accelerator"),
+                "≈ 8 min a run alone on 2 CPU cores); the rest of the paper's curve over block sizes (2 and 16 px), and its budget (models trained to convergence, near 80 / 76 % unpermuted), on an accelerator"),
     Row("J4", JELASSI, "§6", "posemb similarities after the inverse permutation",
         "the positional-encoding similarity maps of a ViT trained on permuted patches look unstructured, and "
         "become spatially local once re-indexed by the inverse permutation", "qualitative (similarity maps)",
@@ -382,7 +381,8 @@ JUDGEMENTS = {
                      history=(AFTER_READ + ": the control itself, added because J2 could not fail")),
     "J3": Judgement("J3", ACC, "permuted − original (CNN)", "negative", "points"),
     "J3fine": Judgement("J3", ACC, "permuted 4-px blocks − permuted 8-px blocks (CNN)", "negative", "points",
-                        history="added after J3's 8-px results existed, before any 4-px CNN run (the paper's Fig. 5 "
+                        history="added after J3's 8-px results existed, before any 4-px CNN run had finished (committed "
+                        "while the first, ResNet-18 seed 0, was training, after its step-250 evaluation; the paper's Fig. 5 "
                         "is a curve over block sizes); 3 seeds as every empirical arm"),
     "J4": Judgement("J4", J4_METRIC + " after π⁻¹ (ρ of similarity vs grid distance: negative = local)",
                     "locality after π⁻¹ − its null (mean over random re-indexings)", "negative", "ρ",
@@ -522,7 +522,7 @@ HEADLINE_RULE = ("Row status: one per row, from the comparisons of the row's own
                  "contradicts, **reproduced** only if every one ran and reproduces, **not run** if none ran, else "
                  "**inconclusive**; the count says how many of them reproduced. This combination was set on review, "
                  "after the results existed (J5assoc and J6mass joined J5's and J6's claim on a second review; J3's 4-px "
-                 "comparisons joined J3's on a third, before any 4-px CNN run)")
+                 "comparisons joined J3's on a third, before any 4-px CNN run had finished)")
 
 
 def expected(key: str) -> str:

@@ -335,9 +335,9 @@ def _block_px(permutation: str, image_size: int = 32) -> int | None:
 
 
 def write_block_size(runs, folder: str) -> list[str]:
-    """J3 as Jelassi et al.'s Fig. 5 draws it: per CNN, the accuracy lost to permuting pixel blocks of each size
-    (accuracy − the mean unpermuted accuracy of the same CNN, dataset and budget, in points; a dot per seed) beside
-    the paper's curves read off its plot (`catalog.J3_PAPER_FIG5`, relative to its own unpermuted accuracy). One
+    """J3 as Jelassi et al.'s Fig. 5 draws it: per CNN, the accuracy lost to permuting pixel blocks of each size,
+    relative to the mean unpermuted accuracy of the same CNN, dataset and budget (in points, and as a fraction of it;
+    a dot per seed), on CIFAR-100 beside the paper's curves read off its plot (`catalog.J3_PAPER_FIG5`). One
     figure `folder/J3_block_size_<dataset>_<steps>_steps.png` per dataset and budget with a permuted CNN arm (smoke
     and duplicate runs left out). Returns the paths written."""
     from vit_jax_struct.analysis import plots  # matplotlib only when curves are written
@@ -346,9 +346,9 @@ def write_block_size(runs, folder: str) -> list[str]:
            and _block_px(r["permutation"]) is not None]
     paths = []
     for dataset, steps in sorted({(r["dataset"], r["steps"]) for r in cnn if r["permutation"] != "none"}):
-        models = {name: {"paper": (f"Jelassi et al. Fig. 5: {name}, unpermuted {curve[32]:.0f} %",
-                                   {px: acc - curve[32] for px, acc in curve.items()})}
-                  for name, curve in catalog.J3_PAPER_FIG5.items()}
+        # The paper's curves are CIFAR-100's: drawn beside ours on that data set only.
+        models = {name: {"paper": (f"Jelassi et al. Fig. 5: {name}, unpermuted {curve[32]:.0f} %", curve[32], curve)}
+                  for name, curve in catalog.J3_PAPER_FIG5.items()} if dataset == "cifar100" else {}
         for model in sorted({r["model"] for r in cnn if (r["dataset"], r["steps"]) == (dataset, steps)}):
             arm = [r for r in cnn if (r["dataset"], r["model"], r["steps"]) == (dataset, model, steps)]
             base = [100 * r["eval/accuracy"] for r in arm if r["permutation"] == "none"]
@@ -356,8 +356,8 @@ def write_block_size(runs, folder: str) -> list[str]:
                 continue
             ref = sum(base) / len(base)
             # "ResNet-18 (width 16)" is drawn in the colour of the paper's "ResNet-18"
-            models.setdefault(model.split(" (")[0], {})["ours"] = (f"ours: {model}, unpermuted {ref:.1f} %", {
-                px: [100 * r["eval/accuracy"] - ref for r in arm if _block_px(r["permutation"]) == px]
+            models.setdefault(model.split(" (")[0], {})["ours"] = (f"ours: {model}, unpermuted {ref:.1f} %", ref, {
+                px: [100 * r["eval/accuracy"] for r in arm if _block_px(r["permutation"]) == px]
                 for px in sorted({_block_px(r["permutation"]) for r in arm})})
         if not any("ours" in m for m in models.values()):
             continue

@@ -26,7 +26,8 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
   both residuals of block 3 of 6 removed): further catalog rows against the same `vit_original` baseline;
 - `cnn_{resnet18,vgg19}_{original,permuted8,permuted4}`: J3's CNNs (16 channels in the first stage, `cnn_steps`),
   unpermuted, 8-px and 4-px blocks (the paper's Fig. 5 is a curve over block sizes: the finer, the larger the loss;
-  the 4-px arms were added after the 8-px results existed, before any 4-px CNN run, 3 seeds as for every arm).
+  the 4-px arms were added after the 8-px results existed, 3 seeds as for every arm; their rule was committed before
+  any of them had finished, while the first was training).
   XLA's CPU convolutions are slow: `python benchmarks/train_step.py --config=configs/cifar10_vit.py:model=resnet18
   --config.model.width=16 --steps=3` gives 2.7 s a step for ResNet-18 and 1.9 s for VGG-19 (batch 128, 2 cores shared
   with a training run; about 30 % of the matmul rate measured beside it; benchmarks/results/train_step.jsonl), so

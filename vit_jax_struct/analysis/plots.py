@@ -189,50 +189,57 @@ def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, 
 
 
 def block_size_curves(models: dict, path, title: str):
-    """Accuracy lost to permuted pixel blocks vs the blocks' side on a log2 axis (Jelassi et al. Fig. 5's view), one
-    colour per model.
+    """Accuracy vs the side of the permuted pixel blocks on a log2 axis (Jelassi et al. Fig. 5's view), one colour per
+    model, in two panels: the accuracy lost in points (accuracy − unpermuted) and relative to the unpermuted accuracy
+    (accuracy ÷ unpermuted − 1, %), since models far apart in accuracy lose on different scales.
 
-    `models`: `{model: {"ours": (label, {block px: [accuracy − unpermuted, points, one per seed]}), "paper": (label,
-    {block px: points})}}`, either part optional. Ours: solid lines through the means with a ± 1 sample s.d. band and
-    a dot per seed; the paper's (one read-off value per point): dashed with open markers. The largest side (the whole
-    image) is the unpermuted arm.
+    `models`: `{model: {"ours": (label, unpermuted %, {block px: [top-1 %, one per seed]}), "paper": (label,
+    unpermuted %, {block px: top-1 %})}}`, either part optional. Ours: solid lines through the means with a ± 1 sample
+    s.d. band and a dot per seed; the paper's (one read-off value per point): dashed with open markers. The largest
+    side (the whole image) is the unpermuted arm.
 
     Raises:
       ValueError: no model has a series of ours.
     """
     if not any("ours" in m for m in models.values()):
         raise ValueError("block_size_curves needs at least one series of ours")
-    fig, ax = plt.subplots(figsize=(9.5, 4), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
+    views = ((lambda acc, ref: acc - ref, "top-1 accuracy − unpermuted (points)"),
+             (lambda acc, ref: 100.0 * (acc / ref - 1.0), "top-1 accuracy ÷ unpermuted − 1 (%)"))
     sides = set()
-    for i, parts in enumerate(models.values()):
-        color = f"C{i}"
-        if "paper" in parts:
-            label, pts = parts["paper"]
-            xs = sorted(pts)
-            sides |= set(xs)
-            ax.plot(xs, [pts[x] for x in xs], ls="--", marker="o", mfc="none", lw=1.2, color=color, label=label)
-        if "ours" in parts:
-            label, pts = parts["ours"]
-            xs = sorted(pts)
-            sides |= set(xs)
-            vals = [np.asarray(pts[x], float) for x in xs]
-            mean = np.asarray([v.mean() for v in vals])
-            std = np.asarray([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals])
-            ns = sorted({len(v) for v in vals})
-            ax.plot(xs, mean, marker="o", ms=4, lw=1.8, color=color,
-                    label=f"{label} (n={ns[0]}" + (f"–{ns[-1]}" if len(ns) > 1 else "") + " seeds per point)")
-            ax.fill_between(xs, mean - std, mean + std, color=color, alpha=0.2)
-            for x, v in zip(xs, vals, strict=True):
-                ax.scatter(np.full(len(v), x), v, s=8, color=color, alpha=0.6)
-    sides = sorted(sides)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sides, [f"{x}" + (" (unpermuted)" if x == sides[-1] else "") for x in sides], fontsize=8)
-    ax.axhline(0.0, color="0.6", lw=0.8)
-    ax.set_xlabel("side of the permuted pixel blocks (px; the whole image: unpermuted)")
-    ax.set_ylabel("top-1 accuracy − unpermuted (points)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    for ax, (view, ylabel) in zip(axes, views, strict=True):
+        for i, parts in enumerate(models.values()):
+            color = f"C{i}"
+            if "paper" in parts:
+                label, ref, pts = parts["paper"]
+                xs = sorted(pts)
+                sides |= set(xs)
+                ax.plot(xs, [view(pts[x], ref) for x in xs], ls="--", marker="o", mfc="none", lw=1.2, color=color,
+                        label=label)
+            if "ours" in parts:
+                label, ref, pts = parts["ours"]
+                xs = sorted(pts)
+                sides |= set(xs)
+                vals = [view(np.asarray(pts[x], float), ref) for x in xs]
+                mean = np.asarray([v.mean() for v in vals])
+                std = np.asarray([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals])
+                ns = sorted({len(v) for v in vals})
+                ax.plot(xs, mean, marker="o", ms=4, lw=1.8, color=color,
+                        label=f"{label} (n={ns[0]}" + (f"–{ns[-1]}" if len(ns) > 1 else "") + " seeds per point)")
+                ax.fill_between(xs, mean - std, mean + std, color=color, alpha=0.2)
+                for x, v in zip(xs, vals, strict=True):
+                    ax.scatter(np.full(len(v), x), v, s=8, color=color, alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.axhline(0.0, color="0.6", lw=0.8)
+        ax.set_xlabel("side of the permuted pixel blocks (px; the whole image: unpermuted)")
+        ax.set_ylabel(ylabel)
+    ticks = sorted(sides)
+    for ax in axes:
+        ax.set_xticks(ticks, [f"{x}" + (" (unpermuted)" if x == ticks[-1] else "") for x in ticks], fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncol=2)
     fig.suptitle(textwrap.fill(title + " — solid: ours, mean over seeds ± 1 s.d., a dot per seed; dashed: the "
-                               "paper's, read off its plot", 110), fontsize=9)
+                               "paper's, read off its plot", 130), fontsize=9)
     storage.savefig(fig, path, dpi=110)
     plt.close(fig)
 
