@@ -175,7 +175,8 @@ ROWS = (
                "docs/results/curves/J3_permuted_vs_original_patches_CNN_VGG-19_width_16_8px_cifar100_1000_steps.png",
                "docs/results/curves/J3_block_size_cifar100_1000_steps.png"),
         pending="none for the 8-px and 4-px blocks at this scale (ResNet-18 and VGG-19, 3 seeds each, 1000 steps: "
-                "≈ 8 min a run alone on 2 CPU cores); the rest of the paper's curve over block sizes (2 and 16 px), and its budget (models trained to convergence, near 80 / 76 % unpermuted), on an accelerator"),
+                "≈ 8 min a run alone on 2 CPU cores); the rest of the paper's curve over block sizes (2 and 16 px), "
+                "and its budget (models trained to convergence, near 80 / 76 % unpermuted), on an accelerator"),
     Row("J4", JELASSI, "§6", "posemb similarities after the inverse permutation",
         "the positional-encoding similarity maps of a ViT trained on permuted patches look unstructured, and "
         "become spatially local once re-indexed by the inverse permutation", "qualitative (similarity maps)",
@@ -506,13 +507,13 @@ HEADLINE = {"J1": ("J1",), "J2": ("J2",), "J3": ("J3", "J3fine"), "J4": ("J4", "
             "J5": ("J5", "J5err", "J5assoc"), "J6": ("J6", "J6mass"), "J7": ("J7",), "J8": ("J8",), "J9": ("J9",), "J10": ("J10", "J10err"), "R1": ("R1",),
             "R2": ("R2", "R2local"), "R3": ("R3",), "R4": ("R4",), "R5": ("R5",), "R6": ("R6",), "R7": ("R7",),
             "R8": ("R8",)}
-# Rows whose claim names several models: the number of comparisons the claim needs (one per model); one not yet run
-# keeps the row from "reproduced".
 # Jelassi et al. Fig. 5 (CIFAR-100, read off the plot): top-1 accuracy (%) of each CNN vs the side of the permuted
 # pixel blocks; a 32-px block is the whole image, i.e. unpermuted. Drawn beside ours by `report.write_block_size`.
 J3_PAPER_FIG5 = {"ResNet-18": {2: 57.0, 4: 66.0, 8: 73.0, 16: 78.0, 32: 80.0},
                  "VGG-19": {2: 47.0, 4: 57.0, 8: 67.0, 16: 73.0, 32: 76.0}}
 
+# Rows whose claim names several models: the number of comparisons the claim needs (one per model); one not yet run
+# keeps the row from "reproduced".
 # J3: ResNet-18 and VGG-19, each at 8-px and 4-px blocks vs unpermuted and 4-px vs 8-px; J4: both designs, each
 # against its null and token order.
 HEADLINE_NEEDS = {"J3": 6, "J4": 4}

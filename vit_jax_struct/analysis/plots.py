@@ -143,6 +143,14 @@ def attention_distance_panels(panels: dict, path, uniform: float | None = None, 
     plt.close(fig)
 
 
+def _mean_sd_n(vals):
+    """Per point of a line: the mean, the sample s.d. (0 for one value) and the sorted distinct numbers of values (one
+    number, or the range where points differ), from a list of 1-D arrays."""
+    mean = np.asarray([v.mean() for v in vals])
+    std = np.asarray([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals])
+    return mean, std, sorted({len(v) for v in vals})
+
+
 def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, ylim=None, reference=None,
                       reference_label: str = "reference"):
     """One line per series through the mean over seeds, with a band of ± one sample standard deviation (where some
@@ -163,9 +171,7 @@ def lines_with_spread(series: dict, path, xlabel: str, ylabel: str, title: str, 
     for label, pts in series.items():
         xi = np.asarray([xs_all.index(x) for x in pts])
         vals = [np.asarray(v, float) for v in pts.values()]
-        mean = np.asarray([v.mean() for v in vals])
-        std = np.asarray([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals])
-        ns = sorted({len(v) for v in vals})  # seeds per point: one number, or the range where points differ
+        mean, std, ns = _mean_sd_n(vals)
         (line,) = ax.plot(xi, mean, marker="o", ms=4,
                           label=f"{label} (n={ns[0]}" + (f"–{ns[-1]} per point)" if len(ns) > 1 else ")"))
         ax.fill_between(xi, mean - std, mean + std, color=line.get_color(), alpha=0.2)
@@ -206,36 +212,30 @@ def block_size_curves(models: dict, path, title: str):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
     views = ((lambda acc, ref: acc - ref, "top-1 accuracy − unpermuted (points)"),
              (lambda acc, ref: 100.0 * (acc / ref - 1.0), "top-1 accuracy ÷ unpermuted − 1 (%)"))
-    sides = set()
+    sides = sorted({x for parts in models.values() for _, _, pts in parts.values() for x in pts})
     for ax, (view, ylabel) in zip(axes, views, strict=True):
         for i, parts in enumerate(models.values()):
-            color = f"C{i}"
-            if "paper" in parts:
-                label, ref, pts = parts["paper"]
+            for part in ("paper", "ours"):
+                if part not in parts:
+                    continue
+                label, ref, pts = parts[part]
                 xs = sorted(pts)
-                sides |= set(xs)
-                ax.plot(xs, [view(pts[x], ref) for x in xs], ls="--", marker="o", mfc="none", lw=1.2, color=color,
-                        label=label)
-            if "ours" in parts:
-                label, ref, pts = parts["ours"]
-                xs = sorted(pts)
-                sides |= set(xs)
-                vals = [view(np.asarray(pts[x], float), ref) for x in xs]
-                mean = np.asarray([v.mean() for v in vals])
-                std = np.asarray([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals])
-                ns = sorted({len(v) for v in vals})
-                ax.plot(xs, mean, marker="o", ms=4, lw=1.8, color=color,
+                # the paper's: one read-off value per point; ours: one per seed
+                vals = [view(np.atleast_1d(np.asarray(pts[x], float)), ref) for x in xs]
+                mean, std, ns = _mean_sd_n(vals)
+                if part == "paper":
+                    ax.plot(xs, mean, ls="--", marker="o", mfc="none", lw=1.2, color=f"C{i}", label=label)
+                    continue
+                ax.plot(xs, mean, marker="o", ms=4, lw=1.8, color=f"C{i}",
                         label=f"{label} (n={ns[0]}" + (f"–{ns[-1]}" if len(ns) > 1 else "") + " seeds per point)")
-                ax.fill_between(xs, mean - std, mean + std, color=color, alpha=0.2)
+                ax.fill_between(xs, mean - std, mean + std, color=f"C{i}", alpha=0.2)
                 for x, v in zip(xs, vals, strict=True):
-                    ax.scatter(np.full(len(v), x), v, s=8, color=color, alpha=0.6)
+                    ax.scatter(np.full(len(v), x), v, s=8, color=f"C{i}", alpha=0.6)
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sides, [f"{x}" + (" (unpermuted)" if x == sides[-1] else "") for x in sides], fontsize=8)
         ax.axhline(0.0, color="0.6", lw=0.8)
         ax.set_xlabel("side of the permuted pixel blocks (px; the whole image: unpermuted)")
         ax.set_ylabel(ylabel)
-    ticks = sorted(sides)
-    for ax in axes:
-        ax.set_xticks(ticks, [f"{x}" + (" (unpermuted)" if x == ticks[-1] else "") for x in ticks], fontsize=8)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncol=2)
     fig.suptitle(textwrap.fill(title + " — solid: ours, mean over seeds ± 1 s.d., a dot per seed; dashed: the "
