@@ -17,7 +17,7 @@ evaluated every 250 steps, reached eval accuracy 0.310, 0.415, 0.464, 0.486, 0.4
 250 … 2,000 — flat over the last 250 steps (+0.0006) as the cosine schedule's learning rate reaches 0. No other size
 was trained. Throughput alone on 2 cores: 150–163 img/s (0.8 s a step), ≈ 30 min a run with start-up and the
 four evaluations, ≈ 7.5 hours for the 15 runs (estimated before the sweep; measured since, `time/wall` of the
-finished runs: 22–73 min a run, by what else ran beside it) — more than the 4 hours aimed at; fewer steps would leave the early
+15 runs: 10–73 min a run, by what else ran beside it) — more than the 4 hours aimed at; fewer steps would leave the early
 heads less trained (at 500 steps on the 4×4 grid every head was still near-uniform, and at 500 steps here the
 pilot was at 0.415, far from flat), so the budget is kept and the sweep spans sessions (it resumes run by run).
 The sweep's first run (`full,seed=0`) trained the pilot's run again, the same losses and evaluations bit for bit
