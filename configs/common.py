@@ -93,6 +93,8 @@ def base() -> ml_collections.ConfigDict:
     #                                   (each with num_threads threads, batching i::N); resume needs the same N
     c.data.in_memory = False          # True: decode every train/eval image once at start-up into one uint8 array
     #                                   (small datasets: CIFAR, SVHN); the same batches, faster
+    c.data.device_augment = True      # data held in memory (digits, in_memory=True) and no RandAugment: the host
+    #                                   gathers uint8 batches by index, crop/flip/permutation run in the jitted step
     c.data.decode_errors = "raise"    # "raise": an unreadable image stops the run, naming it; "skip": replaced by
     #                                   the next readable example (deterministic), counted as data/skipped
 

@@ -45,7 +45,17 @@ NOT_TRAINING = ("fewshot.", "log_every_steps", "eval_every_steps", "checkpoint_e
                 "distributed.initialization_timeout")
 # Training keys added to the config after runs existed, with the value that reproduces what a run without the key
 # did: a config.json that lacks the key and one that has this value describe the same training.
-ADDED_KEYS = {"data.in_memory": False}
+ADDED_KEYS = {"data.in_memory": False, "data.device_augment": False}
+
+
+def _inert_keys(flat: dict) -> set:
+    """Keys of a flattened config that change nothing in its training: `data.device_augment` where the data is
+    read from files (`data.in_memory` False, not the digits) or RandAugment keeps the host pipeline
+    (`data/device_input.unsupported_reason`)."""
+    in_memory = flat.get("data.in_memory", False) or flat.get("data.source") == "digits"
+    if not in_memory or flat.get("pp.randaug_layers", 0):
+        return {"data.device_augment"}
+    return set()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,8 +244,9 @@ def training_key(config: dict) -> str:
     every key but those in `NOT_TRAINING` (measurement, storage, start-up time-outs), and a key of `ADDED_KEYS` at
     the value a run from before the key existed had. Equal keys = the same training run."""
     flat = flatten(config)
+    inert = _inert_keys(flat)
     kept = {k: v for k, v in flat.items() if not any(k == p or k.startswith(p) for p in NOT_TRAINING)
-            and not (k in ADDED_KEYS and v == ADDED_KEYS[k])}
+            and not (k in ADDED_KEYS and v == ADDED_KEYS[k]) and k not in inert}
     return json.dumps(kept, sort_keys=True, default=str)
 
 

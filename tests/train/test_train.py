@@ -32,8 +32,11 @@ def _snapshot(folder):
     return out
 
 
-def test_sigterm_then_rerun_resumes_bitwise(tmp_path, monkeypatch, caplog):
-    cfg = tiny_config(total_steps=10, checkpoint_every_steps=4, eval_every_steps=5)
+@pytest.mark.parametrize("device_augment", [True, False])  # input on the device (digits' default); the host path
+def test_sigterm_then_rerun_resumes_bitwise(tmp_path, monkeypatch, caplog, device_augment):
+    cfg = tiny_config(total_steps=10, checkpoint_every_steps=4, eval_every_steps=5,
+                      **{"data.device_augment": device_augment, "pp.flip": True})
+    assert trainer.build(cfg)["device_input"] is device_augment
     state_a, last_a = trainer.train_and_evaluate(cfg, str(tmp_path / "a"))
 
     sent = sigterm_after_first_save(monkeypatch)  # pre-emption notice right after the first checkpoint
@@ -78,11 +81,15 @@ def test_checkpoint_restores_on_another_device_count(tmp_path, write_mesh, read_
     state, _ = trainer.train_and_evaluate(wcfg, str(tmp_path))
     rcfg = tiny_config(total_steps=2, **mesh(read_mesh))
     parts = trainer.build(rcfg)
-    it = pipeline.train_iterator(parts["train_source"], parts["train_pp"], parts["per_host_batch"], rcfg.seed)
+    it = trainer.make_train_iterator(rcfg, parts)  # the digits' input on the device: its state is the step
     ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
     restored = ckpt.restore(2, parts["abstract_state"], it)
     ckpt.close()
-    assert int(restored["step"]) == 2 and it.get_state() == {"next_index": 2 * 16}  # 2 batches of 16
+    assert int(restored["step"]) == 2 and it.step == 2
+    grain_it = pipeline.train_iterator(parts["train_source"], parts["train_pp"], parts["per_host_batch"], rcfg.seed)
+    with pytest.raises(checkpoint.DataStateMismatch, match=r"written by the input on the device.*"
+                                                           r"--config.data.device_augment=True"):
+        checkpoint.Checkpointer(str(tmp_path / "checkpoints")).restore(2, parts["abstract_state"], grain_it, 0)
     assert checkpoint.params_equal(state["params"], restored["params"])
     assert checkpoint.params_equal(state["opt_state"], restored["opt_state"])
     n_devices = {leaf.sharding.mesh.devices.size for leaf in jax.tree.leaves(restored["params"])}
@@ -133,7 +140,7 @@ def test_nan_loss_stops_with_the_step_range_and_no_nan_checkpoint(tmp_path):
         trainer.train_and_evaluate(cfg, str(tmp_path))
     ckpts = [int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit()]
     parts = trainer.build(cfg)
-    it = pipeline.train_iterator(parts["train_source"], parts["train_pp"], parts["per_host_batch"], 0)
+    it = trainer.make_train_iterator(cfg, parts)
     ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
     for s in ckpts:
         st = ckpt.restore(s, parts["abstract_state"], it)

@@ -25,8 +25,10 @@ def inverse_permutation(perm: np.ndarray) -> np.ndarray:
     return np.argsort(np.asarray(perm))
 
 
-def permute_patches(image: np.ndarray, perm: np.ndarray, patch: int) -> np.ndarray:
+def permute_patches(image: np.ndarray, perm: np.ndarray, patch: int, xp=np) -> np.ndarray:
     """Rearranges the `patch`x`patch` patches of `image` `[..., H, W, C]`: output patch i = input patch perm[i].
+
+    `xp`: `numpy` (host transforms) or `jax.numpy` (the device input, `data/device_input.py`); the same pixels.
 
     Raises:
       ValueError: H or W not divisible by `patch`, or `perm` not of length (H/patch)*(W/patch).
@@ -38,10 +40,10 @@ def permute_patches(image: np.ndarray, perm: np.ndarray, patch: int) -> np.ndarr
     if len(perm) != gh * gw:
         raise ValueError(f"permutation of length {len(perm)} does not fit a {gh}x{gw} patch grid")
     x = image.reshape(*lead, gh, patch, gw, patch, c)
-    x = np.moveaxis(x, -4, -3).reshape(*lead, gh * gw, patch, patch, c)  # [..., N, p, p, C]
+    x = xp.moveaxis(x, -4, -3).reshape(*lead, gh * gw, patch, patch, c)  # [..., N, p, p, C]
     x = x[..., np.asarray(perm), :, :, :]
     x = x.reshape(*lead, gh, gw, patch, patch, c)
-    return np.moveaxis(x, -3, -4).reshape(*lead, h, w, c)
+    return xp.moveaxis(x, -3, -4).reshape(*lead, h, w, c)
 
 
 class PermutePatches:

@@ -103,6 +103,26 @@ def data_workers_of_state(state: dict) -> int:
     return len(state["iterators_in_use_states"]) if "iterators_in_use_states" in state else 0
 
 
+def data_state_problem(saved: dict, data_iterator, data_workers: int | None) -> str | None:
+    """Why a checkpoint's data-iterator state `saved` cannot continue `data_iterator`'s example stream, or None.
+
+    The device input's iterator (`data/device_input.InMemoryBatches`) judges its own states (`state_problem`); a
+    grain iterator cannot continue a device-input state, nor a grain state written with another `data.worker_count`
+    (`data_workers`, when given)."""
+    own = getattr(data_iterator, "state_problem", None)
+    if own is not None:
+        return own(saved)
+    if "device_input" in saved:
+        return ("its data state was written by the input on the device (data.device_augment=True), this run reads "
+                "through the host pipeline: resume with --config.data.device_augment=True (or train in a new workdir)")
+    if data_workers is not None and data_workers_of_state(saved) != int(data_workers):
+        n = data_workers_of_state(saved)
+        return (f"written with data.worker_count={n}, this run has data.worker_count={data_workers}: the "
+                "data-iterator state of one cannot continue the other's example stream. Resume with "
+                f"--config.data.worker_count={n} (or train in a new workdir).")
+    return None
+
+
 # Files of a step folder that Orbax and grain parse as JSON; a truncated one is reported by name before restoring.
 _JSON_FILES = ("_CHECKPOINT_METADATA", "state/_METADATA", "state/_sharding")
 
@@ -189,14 +209,11 @@ class Checkpointer:
           DataStateMismatch: the checkpoint's data state comes from another `data.worker_count`.
         """
         where = self.step_dir(step)
-        if data_iterator is not None and data_workers is not None:
+        if data_iterator is not None:
             path = storage.join(where, "data", f"process_{jax.process_index()}-of-{jax.process_count()}.json")
-            saved = data_workers_of_state(json.loads(storage.read_text(path)))
-            if saved != int(data_workers):
-                raise DataStateMismatch(
-                    f"checkpoint {where} was written with data.worker_count={saved}, this run has "
-                    f"data.worker_count={data_workers}: the data-iterator state of one cannot continue the other's "
-                    f"example stream. Resume with --config.data.worker_count={saved} (or train in a new workdir).")
+            problem = data_state_problem(json.loads(storage.read_text(path)), data_iterator, data_workers)
+            if problem:
+                raise DataStateMismatch(f"checkpoint {where}: {problem}")
         meta = self.manager.item_metadata(step)["state"].tree
         convert = vit.is_scanned(meta["params"]) != vit.is_scanned(abstract_state["params"])
         target = _layout_target(abstract_state, vit.is_scanned(meta["params"])) if convert else abstract_state

@@ -32,7 +32,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from vit_jax_struct import storage
-from vit_jax_struct.data import mixup, permute, pipeline, preprocess, sources
+from vit_jax_struct.data import device_input, mixup, permute, pipeline, preprocess, sources
 from vit_jax_struct.models import get_model, official
 from vit_jax_struct.train import checkpoint, curves, fewshot_eval, lock, optim, sharding, timing, validate
 from vit_jax_struct.train import metrics as metrics_lib
@@ -90,7 +90,8 @@ def build(config, devices=None):
     (`ShapeDtypeStruct`s with shardings), `init_state` (a jitted function of the init key), `num_classes`,
     `total_steps` (scaled by the subset size when `data.scale_steps_with_data`), `permutation` (or None),
     `full_train_examples` (the train split's size before any subset), `class_names` (the train source's, label
-    order; None if it has none).
+    order; None if it has none), `device_input` (True: train batches are gathered by index and augmented in the
+    step, `data/device_input.py`) and `no_device_input` (why not, or None).
 
     Raises:
       ValueError / FileNotFoundError: with the offending config value and what is allowed.
@@ -149,6 +150,7 @@ def build(config, devices=None):
         perm = {"perm": perm, "patch": int(patch), "seed": data.get("permutation_seed", 0)}
         train_pp = permute.PermutePatches(train_pp, perm["perm"], patch)
         eval_pp = permute.PermutePatches(eval_pp, perm["perm"], patch)
+    no_device_input = device_input.unsupported_reason(config, train_source)
     tx, schedule = optim.make_optimizer(config.optim, total_steps)
     optim.classification_loss(jnp.zeros((1, num_classes)), jnp.zeros((1,), jnp.int32), num_classes,
                               config.loss)  # Fails now on an unknown loss.
@@ -171,8 +173,34 @@ def build(config, devices=None):
                 eval_per_host_batch=eval_per_host, abstract_state=abstract_state, num_classes=num_classes,
                 init_state=jax.jit(init_state, out_shardings=state_sh), total_steps=total_steps,
                 full_train_examples=len(full_train),
-                permutation=perm, value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))),
+                permutation=perm, device_input=no_device_input is None, no_device_input=no_device_input,
+                value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))),
                 class_names=getattr(full_train, "class_names", None))
+
+
+def make_train_iterator(config, parts):
+    """The host-local train batch iterator of a run: `device_input.InMemoryBatches` (uint8 images gathered by index,
+    augmented in the step) when `parts["device_input"]`, else grain's `pipeline.train_iterator` (every transform per
+    example on the host; worker processes start at the first `next`, after the restore)."""
+    if parts["device_input"]:
+        images, labels = device_input.host_arrays(parts["train_source"], config.data.image_size,
+                                                  config.pp.get("train_crop", "inception"))
+        return device_input.InMemoryBatches(images, labels, config.batch_size, config.seed, jax.process_index(),
+                                            jax.process_count())
+    return pipeline.train_iterator(
+        parts["train_source"], parts["train_pp"], parts["per_host_batch"], seed=config.seed,
+        process_index=jax.process_index(), process_count=jax.process_count(),
+        num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256),
+        worker_count=config.data.get("worker_count", 0))
+
+
+def make_augment(config, parts):
+    """The in-step train augmentation of a run with `parts["device_input"]` (`device_input.make_augment`), else
+    None."""
+    if not parts["device_input"]:
+        return None
+    perm = parts["permutation"]
+    return device_input.make_augment(config, config.data.image_size, perm and perm["perm"], perm and perm["patch"])
 
 
 def check_accum_steps(accum_steps: int, batch_size: int, mesh) -> None:
@@ -204,8 +232,11 @@ def micro_batches(batch: dict, accum_steps: int, mesh) -> dict:
     return jax.tree.map(split, batch)
 
 
-def make_train_step(config, model, tx, schedule, num_classes, mesh, state_sharding):
+def make_train_step(config, model, tx, schedule, num_classes, mesh, state_sharding, augment=None):
     """Jitted `(state, batch) -> (state, metrics)`; the state is donated.
+
+    `augment`: `(uint8 images, step) -> uint8 images`, the random train transform run in the step on batches the
+    host gathered unaugmented (`make_augment`, `data/device_input.py`); None: the batch arrives augmented.
 
     `batch`: `{"image": uint8 (or float32) [B, S, S, 3], "label": int32 [B]}` sharded over all devices; uint8
     images are scaled to `pp.value_range` here, then mixed by `config.mixup` (`data/mixup.py`). `metrics` (replicated
@@ -230,6 +261,8 @@ def make_train_step(config, model, tx, schedule, num_classes, mesh, state_shardi
     def step_fn(state, batch):
         step = state["step"]
         rng = jax.random.fold_in(dropout_root, step)
+        if augment is not None:
+            batch = {**batch, "image": augment(batch["image"], step)}
         batch = batch_transform(batch, step)
 
         model_state = state.get("model_state", {})
@@ -406,11 +439,7 @@ def train_and_evaluate(config, workdir: str, devices=None):
             return None, final
         cache_dir = configure_compilation_cache(config.get("compilation_cache_dir", "auto"))
         logging.info("persistent compilation cache: %s", cache_dir or "off")
-        train_it = pipeline.train_iterator(
-            parts["train_source"], parts["train_pp"], parts["per_host_batch"], seed=config.seed,
-            process_index=jax.process_index(), process_count=jax.process_count(),
-            num_threads=config.data.get("num_threads", 2), prefetch=config.data.get("prefetch", 256),
-            worker_count=config.data.get("worker_count", 0))  # workers start at the first next(), after the restore
+        train_it = make_train_iterator(config, parts)
         # A fresh run's warm start is read before the workdir is touched: a bad init_from fails writing nothing.
         initial = _initial_state(config, parts, account) if config.get("init_from") and not _has_checkpoints(
             workdir) else None
@@ -537,7 +566,8 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account, init
     total = parts["total_steps"]
     with account.measure("restore"):
         # Raises on a model or data.worker_count mismatch, writing nothing.
-        latest, state = ckpt.restore_latest(abstract_state, train_it, config.data.get("worker_count", 0))
+        latest, state = ckpt.restore_latest(abstract_state, train_it,
+                                            None if parts["device_input"] else config.data.get("worker_count", 0))
     if latest is not None:
         logging.info("resuming from checkpoint %s (step %d of %d)", ckpt.step_dir(latest), latest, total)
     else:  # the state read before the lock, or (checkpoints there, none restored) read now
@@ -557,11 +587,13 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account, init
                  dict(mesh.shape), config.batch_size, parts["per_host_batch"])
     logging.info("%s", runlog_lib.data_line(config, parts))
     logging.info("%s", runlog_lib.augmentation_line(config))
+    logging.info("train input %s%s", device_input.placement(config, parts["device_input"]),
+                 f" ({parts['no_device_input']})" if parts["no_device_input"] else "")
     code = runlog_lib.code_version()
     logging.info("code: %s", code)
 
     train_step = make_train_step(config, parts["model"], parts["tx"], parts["schedule"], parts["num_classes"],
-                                 mesh, state_sh)
+                                 mesh, state_sh, make_augment(config, parts))
     eval_step = make_eval_step(config, parts["model"], parts["num_classes"], mesh, model_variables(state_sh))
     fewshot_every = config.get("fewshot", {}).get("every_steps", 0)
     fewshot_evaluator = fewshot_eval.FewShotEvaluator(

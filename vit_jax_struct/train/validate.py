@@ -129,6 +129,7 @@ RULES = {
     "data.worker_count": _int(0),
     "data.decode_errors": _enum("raise", "skip"),
     "data.in_memory": _bool,
+    "data.device_augment": _bool,
     "pp.train_crop": _enum(*preprocess.TRAIN_CROPS),
     "pp.crop_area_min": _float(0, 1, lo_open=True),
     "pp.pad": _int(0),
