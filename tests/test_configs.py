@@ -25,6 +25,8 @@ RUNS = {
     "configs/default.py": (None, None, {"total_steps": 2, "eval_every_steps": 0, "optim.warmup_steps": 1,
                                         "data.eval_examples": 64}),
     "configs/cifar10_vit.py": ("runlocal", 32, {}),
+    # Jelassi et al.'s CIFAR ViT (7 x 384, patch 4) at two steps on the digits held in memory, input on the device.
+    "configs/jelassi_cifar.py": ("runlocal", None, {}),
     # 224-px recipes at two blocks, on scikit-learn's two sample photos (`runlocal` needs no data folder): every key
     # of the recipe is exercised at a fraction of the compile time; the full-depth `:runlocal` runs (2 steps of
     # ViT-L/16 and ViT-H/14) are measured outside the suite (README).
@@ -323,3 +325,17 @@ def test_a_config_without_arguments_refuses_one():
     assert load("configs/default.py").total_steps == 1200
     with pytest.raises(ValueError, match="configs/default.py takes none"):
         load("configs/default.py", "foo")
+
+
+def test_jelassi_cifar_is_the_papers_schedule():
+    """300 epochs of batch 128 (391 steps per CIFAR epoch, 573 per SVHN epoch), 5 warmup epochs, data on the device."""
+    c = load("configs/jelassi_cifar.py")
+    assert (c.total_steps, c.optim.warmup_steps, c.batch_size) == (300 * 391, 5 * 391, 128)
+    assert (c.model.depth, c.model.width, c.model.num_heads, c.model.mlp_dim, c.model.variant) == \
+        (7, 384, 12, 384, "Ti/4")
+    assert c.data.in_memory and c.data.device_augment and c.data.root == "/tmp/data/cifar10"
+    svhn = load("configs/jelassi_cifar.py", "dataset=svhn,epochs=2")
+    assert (svhn.total_steps, svhn.data.num_classes, svhn.pp.flip) == (2 * 573, 10, False)
+    assert load("configs/jelassi_cifar.py", "dataset=cifar100").data.num_classes == 100
+    with pytest.raises(ValueError, match=r"dataset='mnist' is not one of"):
+        load("configs/jelassi_cifar.py", "dataset=mnist")
