@@ -13,7 +13,8 @@
 # Environment: DATA = a CIFAR-10 image folder, or the .tar.gz of one (extracted to /tmp/data/cifar10);
 # default .devdata/cifar10-jpeg.tar.gz. BUDGET_S = seconds for the training part (default 420): all runs start
 # at once, one process each, on the one GPU; at the budget the ones still training get SIGTERM, checkpoint the next
-# step and stop (exit 143). EPOCHS (default 300), SEEDS (default 3), PYTHON (default python3).
+# step and stop (exit 143). EPOCHS (default 300), SEEDS (default 3), PYTHON (default python3); QUICK=1 benchmarks
+# the jelassi model at batch 128 only (a first check of a lease).
 # --smoke: the same steps at toy size on any machine (CPU): tiny benchmark batches, the runs on the digits
 # (jelassi_cifar.py:runlocal), 1 seed, no data needed. Tested by tests/test_benchmarks.py.
 set -uo pipefail
@@ -47,6 +48,7 @@ if [[ -z "$SMOKE" ]]; then
          "--config=configs/jelassi_cifar.py --batch=1024"
          "--config=configs/vit_b16.py --batch=256"
          "--config=configs/vit_l16.py --batch=128")
+  [[ -n "${QUICK:-}" ]] && BENCH=("${BENCH[0]}")
 else
   PEAK="--peak=cpu"; STEPS="--steps=1 --warmup=1 --rounds=1"
   BENCH=("--config=configs/jelassi_cifar.py --batch=4 --config.model.depth=1"
