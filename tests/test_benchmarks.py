@@ -1,5 +1,6 @@
 """Benchmark helpers: the analytic ViT FLOPs, topology names, the markdown table, one tiny step of
-`benchmarks/train_step.py`, and (with libtpu installed) remat lowering TPU temporaries in an AOT compile."""
+`benchmarks/train_step.py`, the timm arguments of `benchmarks/peer_small_vit.py` (without torch), and (with libtpu
+installed) remat lowering TPU temporaries in an AOT compile."""
 
 import json
 import os
@@ -133,3 +134,48 @@ def test_train_step_script_times_a_cnn_with_xlas_flop_count(tmp_path):
     # The per-image count is XLA's per-step count over the batch (one device), not an analytic ViT count.
     assert rec["analytic"]["train_flops"] == rec["xla_flops_per_step"] / 4 and "forward" not in rec["analytic"]
     assert rec["matmul_shape"] == [256, 256, 256] and rec["images_per_s"] > 0
+
+
+def test_peer_benchmark_mirrors_the_three_models_in_timm_arguments_without_torch():
+    """`benchmarks/peer_small_vit.py` (torch and timm from requirements-peer.txt, never the tests') resolves its model
+    table from the sweep files and configs and maps each to timm's `VisionTransformer` and AdamW arguments in plain
+    Python: the sizes the sweeps' docstrings state, and a config it cannot mirror is refused. Run in a subprocess: the
+    script defines absl flags of the same names as train_step.py's, and the check that torch stays unimported is
+    meaningful only in a fresh interpreter."""
+    code = (
+        "import json, sys\n"
+        "from benchmarks import peer_small_vit as p\n"
+        "out = {}\n"
+        "for name in p.MODELS:\n"
+        "    c = p.model_config(name)\n"
+        "    out[name] = dict(kw=p.timm_kwargs(c, c.data.num_classes), opt=p.torch_optim(c), batch=c.batch_size,\n"
+        "                     in_memory=c.data.in_memory)\n"
+        "c = p.model_config('grid8')\n"
+        "c.model.posemb = 'sincos2d'\n"
+        "try:\n"
+        "    p.timm_kwargs(c, 10)\n"
+        "    out['refused'] = ''\n"
+        "except ValueError as e:\n"
+        "    out['refused'] = str(e)\n"
+        "out['imported'] = sorted(m for m in ('torch', 'timm') if m in sys.modules)\n"
+        "print(json.dumps(out))\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    res = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.splitlines()[-1])
+    common_kw = dict(class_token=True, global_pool="token", qkv_bias=True, act_layer="gelu_tanh", drop_rate=0.0,
+                     pos_drop_rate=0.0, proj_drop_rate=0.0, attn_drop_rate=0.0)
+    assert out["grid8"]["kw"] == dict(img_size=32, patch_size=4, embed_dim=64, depth=6, num_heads=4, mlp_ratio=2.0,
+                                      num_classes=10, **common_kw)
+    assert out["cifar100"]["kw"] == dict(img_size=32, patch_size=8, embed_dim=128, depth=6, num_heads=4,
+                                         mlp_ratio=2.0, num_classes=100, **common_kw)
+    assert out["b16"]["kw"] == dict(img_size=224, patch_size=16, embed_dim=768, depth=12, num_heads=12,
+                                    mlp_ratio=4.0, num_classes=1000, **common_kw)
+    assert [out[m]["batch"] for m in ("grid8", "cifar100", "b16")] == [128, 128, 16]
+    assert not any(out[m]["in_memory"] for m in ("grid8", "cifar100", "b16"))
+    assert out["grid8"]["opt"] == dict(betas=[0.9, 0.999], eps=1e-8, weight_decay=0.05, clip=1.0,
+                                       loss="softmax_xent", label_smoothing=0.0)
+    assert out["b16"]["opt"]["loss"] == "sigmoid_xent" and out["b16"]["opt"]["weight_decay"] == 0.1
+    assert "model.posemb='sincos2d'" in out["refused"]
+    assert out["imported"] == []
