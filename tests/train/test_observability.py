@@ -168,9 +168,14 @@ def test_a_failed_save_stops_at_the_next_step_naming_the_folder(tmp_path, monkey
         if full:
             raise enospc
 
+    original_wait = ocp.CheckpointManager.wait_until_finished
+
+    def wait(self, *a, **k):  # the real saves before the disk filled (step 2) complete, then the failure shows
+        original_wait(self, *a, **k)
+        fail_if_full(self)
+
     monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
-    monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished",
-                        lambda self, *a, **k: fail_if_full(self) if full else None)
+    monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished", wait)
     if noticed:
         monkeypatch.setattr(ocp.CheckpointManager, "check_for_errors", fail_if_full)
     from tensorboardX import SummaryWriter
