@@ -144,13 +144,26 @@ class MultiHeadDotProductAttention(nn.Module):
                                              kernel_init=self.kernel_init, name=name)
         src = x if pos is None else pos.astype(x.dtype)  # [B or 1, N, D]
         q, k, v = dense("query")(src), dense("key")(src), dense("value")(x)  # [B or 1, N, heads, d_head]
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(head_dim)
-        weights = jax.nn.softmax(logits, axis=-1)  # [B or 1, heads, N, N], float32
-        weights = jnp.broadcast_to(weights, (x.shape[0], *weights.shape[1:]))
-        probs = weights.astype(self.dtype)
-        if self.dropout_rate > 0.0 and not deterministic:
-            probs = nn.Dropout(self.dropout_rate)(probs, deterministic=False)
-        y = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        if pos is None and (self.dropout_rate == 0.0 or deterministic):
+            # The same softmax(Q K^T / sqrt(d_head)) V with the normalisation deferred past the PV product (as flash
+            # attention does): the 1/sqrt(d_head) scale goes on Q ([B, N, h, d], not the [B, h, N, N] logits) and
+            # the division by the softmax denominator on the [B, N, h, d] output, so XLA:CPU materialises no
+            # [B, h, N, N] broadcast of either (docs/performance.md). `weights` is the normalised matrix, as before.
+            q = q * jnp.asarray(1.0 / np.sqrt(head_dim), q.dtype)
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+            e = jnp.exp(logits - jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True)))
+            denom = e.sum(axis=-1)  # [B, heads, N]
+            weights = e / denom[..., None]
+            y = jnp.einsum("bhqk,bkhd->bqhd", e.astype(self.dtype), v, preferred_element_type=jnp.float32)
+            y = (y / jnp.swapaxes(denom, 1, 2)[..., None]).astype(self.dtype)
+        else:
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(head_dim)
+            weights = jax.nn.softmax(logits, axis=-1)  # [B or 1, heads, N, N], float32
+            weights = jnp.broadcast_to(weights, (x.shape[0], *weights.shape[1:]))
+            probs = weights.astype(self.dtype)
+            if self.dropout_rate > 0.0 and not deterministic:
+                probs = nn.Dropout(self.dropout_rate)(probs, deterministic=False)
+            y = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
         y = nn.DenseGeneral(d, axis=(-2, -1), dtype=self.dtype, kernel_init=self.kernel_init, name="out")(y)
         return y, weights
 
