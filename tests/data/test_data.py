@@ -120,6 +120,26 @@ def test_eval_batches_cover_every_example_once_across_hosts():
     assert sorted(seen) == sorted(src.labels.tolist())
 
 
+def test_cached_eval_batches_preprocess_once_when_they_fit():
+    src = sources.DigitsSource("test")  # 360 examples: 8 batches of 50 (the last padded)
+    ep = preprocess.EvalPreprocess(8, 1.0)
+    calls = []
+    counting = lambda record: calls.append(1) or ep(record)
+    reference = list(pipeline.eval_batches(src, ep, 50))
+    cached = pipeline.CachedEvalBatches(src, counting, 50)
+    for _ in range(3):
+        passes = list(cached)
+        assert len(passes) == len(reference) == 8
+        for a, b in zip(passes, reference):
+            assert all(np.array_equal(a[k], b[k]) for k in ("image", "label", "mask"))
+    assert len(calls) == 360  # one preprocessing per example, for three passes
+    calls.clear()
+    streamed = pipeline.CachedEvalBatches(src, counting, 50, max_bytes=1000)  # 50 x 8x8x3 bytes > 1000: streamed
+    for _ in range(2):
+        assert len(list(streamed)) == 8
+    assert len(calls) == 720 and streamed.batches is None
+
+
 def test_evenly_spaced_subset():
     src = sources.DigitsSource("test")
     sub = sources.evenly_spaced(src, 4)

@@ -84,6 +84,7 @@ class FewShotEvaluator:
         self.holdout = int(fs.holdout_examples)
         self.mesh, self.per_host_batch = mesh, per_host_batch
         self.eval_pp = eval_pp
+        self._batches = {}  # id(source) -> pipeline.CachedEvalBatches
         self.sets = {}
         for name, d in dataset_specs(config).items():
             decoder = config.pp.get("jpeg_decoder", "pillow")
@@ -105,8 +106,10 @@ class FewShotEvaluator:
     def features(self, variables, source) -> tuple[np.ndarray, np.ndarray]:
         """Pre-logits `[N, D]` float32 and labels `[N]` int of every example of `source` (padding dropped)."""
         xs, ys = [], []
-        for batch in pipeline.eval_batches(source, self.eval_pp, self.per_host_batch, jax.process_index(),
-                                           jax.process_count()):
+        if id(source) not in self._batches:  # decoded and preprocessed once, reused by every pass (when they fit)
+            self._batches[id(source)] = pipeline.CachedEvalBatches(source, self.eval_pp, self.per_host_batch,
+                                                                   jax.process_index(), jax.process_count())
+        for batch in self._batches[id(source)]:
             x, y, m = jax.device_get(self._features(variables, sharding.global_batch(batch, self.mesh)))
             keep = np.asarray(m) > 0
             xs.append(np.asarray(x)[keep])

@@ -167,6 +167,26 @@ def augmentation_line(config) -> str:
     return "preprocessing: " + ", ".join(parts)
 
 
+def eval_cost_line(config, eval_examples: int, fewshot_sets: dict | None) -> str:
+    """One start-up line on what evaluation costs, in forward passes against the training between two evaluations,
+    e.g. `evaluation: every 500 steps 10,000 images; few-shot every 500 steps 5,797 images (cifar10 2,000 + 1,000,
+    digits 1,437 + 360); ≈ 7 % of the work between evaluations (a forward pass ≈ 1/3 of a train step's work per
+    image)`. `fewshot_sets`: `{name: (train examples, test examples)}` or None (off)."""
+    batch = config.batch_size
+    eval_every = config.get("eval_every_steps", 0) or config.total_steps
+    parts = [f"evaluation: every {eval_every:,} steps {eval_examples:,} images"]
+    forward = eval_examples / eval_every
+    if fewshot_sets:
+        fs_every = config.fewshot.every_steps
+        n = sum(a + b for a, b in fewshot_sets.values())
+        detail = ", ".join(f"{k} {a:,} + {b:,}" for k, (a, b) in fewshot_sets.items())
+        parts.append(f"few-shot every {fs_every:,} steps {n:,} images ({detail})")
+        forward += n / fs_every
+    share = forward / (forward + 3 * batch)
+    return "; ".join(parts) + (f"; ≈ {100 * share:.0f} % of the work between evaluations (a forward pass ≈ 1/3 of a train "
+                               "step's work per image)")
+
+
 def closing_line(workdir: str, step: int, final: dict, outputs: list[str]) -> str:
     """`done: step N; eval/accuracy 0.97, …; goodput 0.61; outputs: <paths>` (final metrics with a `/` or goodput)."""
     shown = [f"{k} {v:.4g}" for k, v in final.items()

@@ -331,9 +331,12 @@ def make_eval_step(config, model, num_classes, mesh, variables_sharding):
 
 def evaluate(eval_step, variables, parts, mesh) -> dict:
     """Top-1 accuracy and mean loss over the whole eval split: `{"eval/accuracy", "eval/loss"}`."""
+    if "eval_batches" not in parts:  # decoded and preprocessed once, reused by every evaluation when it fits
+        parts["eval_batches"] = pipeline.CachedEvalBatches(parts["eval_source"], parts["eval_pp"],
+                                                           parts["eval_per_host_batch"], jax.process_index(),
+                                                           jax.process_count())
     total = None
-    for batch in pipeline.eval_batches(parts["eval_source"], parts["eval_pp"], parts["eval_per_host_batch"],
-                                       jax.process_index(), jax.process_count()):
+    for batch in parts["eval_batches"]:
         out = eval_step(variables, sharding.global_batch(batch, mesh))
         total = out if total is None else jax.tree.map(jnp.add, total, out)
     total = jax.device_get(total)
@@ -600,6 +603,9 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account, init
     fewshot_evaluator = fewshot_eval.FewShotEvaluator(
         config, parts["model"], parts["eval_pp"], mesh, model_variables(state_sh),
         parts["eval_per_host_batch"]) if fewshot_every else None
+    logging.info("%s", runlog_lib.eval_cost_line(
+        config, len(parts["eval_source"]),
+        {k: (len(a), len(b)) for k, (a, b, _) in fewshot_evaluator.sets.items()} if fewshot_evaluator else None))
     writer = metrics_lib.MetricWriter(workdir, config.get("tensorboard", True), resume_step=latest or 0,
                                       flush_secs=config.get("metrics_flush_secs", 30.0), runlog=runlog)
     profiler = StepProfiler(config.get("profile", {}), workdir)
