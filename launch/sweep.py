@@ -11,8 +11,8 @@
 
 A sweep file defines `get_sweep(arg) -> dict(config=…, overrides={…}, runs=[{name, overrides, [config]}, …])`;
 `grid(**axes)` builds the runs of a Cartesian product. Every run gets its own workdir `ROOT/<name>`; local runs go
-one after another (`--jobs=N`: N at a time), a finished run (with `final_metrics.json`) is skipped, an interrupted
-one resumes.
+one after another (`--jobs=N`: N at a time, each on its own 1/N of the CPU cores unless `--no-pin`), a finished run
+(with `final_metrics.json`) is skipped, an interrupted one resumes.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import concurrent.futures
 import importlib.util
 import itertools
 import os
+import queue
 import shlex
 import subprocess
 import sys
@@ -104,10 +105,30 @@ def commands(sweep: dict, root: str, python: str = sys.executable, multihost: bo
     return out
 
 
-def run_one(name: str, workdir: str, cmd: list) -> int:
+def core_slots(jobs: int, cores=None) -> list[set[int]] | None:
+    """The CPU cores of this process (`os.sched_getaffinity`, or `cores`) split into `jobs` disjoint contiguous sets,
+    one per concurrent run (sizes differ by at most one); None when `jobs` < 2 or there are fewer cores than jobs.
+
+    Two one-core runs on a 2-core CPU train more images per second together than two two-thread runs sharing both
+    cores, or one after another with two threads each (XLA's thread pool takes the cores a process may use;
+    docs/performance.md)."""
+    cores = sorted(os.sched_getaffinity(0) if cores is None else cores)
+    if jobs < 2 or len(cores) < jobs:
+        return None
+    size, extra = divmod(len(cores), jobs)
+    out, i = [], 0
+    for j in range(jobs):
+        n = size + (j < extra)
+        out.append(set(cores[i:i + n]))
+        i += n
+    return out
+
+
+def run_one(name: str, workdir: str, cmd: list, cores: set[int] | None = None) -> int:
     """Runs one sweep run to completion (skipped when its `final_metrics.json` exists; an interrupted run resumes),
     its console output (stdout and stderr: tracebacks, native crashes) appended to `workdir/console.txt` — the run
-    writes its own `workdir/log.txt`; returns its exit status."""
+    writes its own `workdir/log.txt`; returns its exit status. `cores`: the CPU cores the run may use (its
+    affinity; None: all of this process's)."""
     if storage.exists(storage.join(workdir, "final_metrics.json")):
         print(f"[sweep] {name}: done, skipped", flush=True)
         return 0
@@ -116,9 +137,11 @@ def run_one(name: str, workdir: str, cmd: list) -> int:
     log_path = os.path.join(HERE, "runs", "sweep_logs", f"{name}.txt") if storage.is_url(workdir) else \
         os.path.join(workdir, "console.txt")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    print(f"[sweep] {name}: running ({shlex.join(cmd)}), log {log_path}", flush=True)
+    where = f" on cores {sorted(cores)}" if cores else ""
+    print(f"[sweep] {name}: running{where} ({shlex.join(cmd)}), log {log_path}", flush=True)
     with open(log_path, "a") as log:
-        rc = subprocess.call(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT)
+        rc = subprocess.call(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT,
+                             preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
     print(f"[sweep] {name}: exit {rc}" + (" (pre-empted: rerun the sweep to resume it)" if rc == 143 else ""),
           flush=True)
     return rc
@@ -134,6 +157,9 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1,
                     help="with --run: how many runs at a time (in the sweep's order; each one a process). For CPU "
                          "hosts: on a GPU/TPU host every run takes all accelerators, so keep 1 there")
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --jobs=N > 1: each run on its own 1/N of the CPU cores (default; --no-pin: every run "
+                         "on all cores)")
     ap.add_argument("--tpu", default="", help="NAME,ZONE: print launch/tpu_vm.sh commands for a TPU VM")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="config override for every run, winning over the sweep's (repeatable)")
@@ -156,8 +182,19 @@ def main(argv=None):
         for _, _, cmd in cmds:
             print(shlex.join(cmd))
         return 0
+    slots = queue.Queue()
+    for cores in (core_slots(args.jobs) if args.pin else None) or [None] * args.jobs:
+        slots.put(cores)
+
+    def run_in_slot(c):
+        cores = slots.get()  # a free share of the cores (the run that held it has finished)
+        try:
+            return run_one(*c, cores=cores)
+        finally:
+            slots.put(cores)
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        rcs = list(pool.map(lambda c: run_one(*c), cmds))
+        rcs = list(pool.map(run_in_slot, cmds))
     failed = [name for (name, _, _), rc in zip(cmds, rcs, strict=True) if rc]
     if failed:
         print(f"[sweep] failed runs: {failed}", file=sys.stderr)
