@@ -16,7 +16,7 @@
 # step and stop (exit 143). EPOCHS (default 300), SEEDS (default 3), PYTHON (default python3); QUICK=1 benchmarks
 # the jelassi model at batch 128 only (a first check of a lease).
 # --smoke: the same steps at toy size on any machine (CPU): tiny benchmark batches, the runs on the digits
-# (jelassi_cifar.py:runlocal), 1 seed, no data needed. Tested by tests/test_benchmarks.py.
+# (jelassi_cifar.py:runlocal), 1 seed, no data needed. Tested by tests/test_benchmarks.py (the --smoke run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bash benchmarks/gpu_paper_scale.sh OUT [--smoke]}

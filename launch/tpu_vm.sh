@@ -21,7 +21,7 @@ case "$cmd" in
     accel=${4:?ACCELERATOR, e.g. v4-32}; version=${5:-tpu-ubuntu2204-base}
     tpu create "$name" --accelerator-type="$accel" --version="$version" ;;
   setup)
-    tar czf /tmp/vit_jax_struct.tgz -C "$here" --exclude=.git --exclude=.venv --exclude=runs .
+    tar czf /tmp/vit_jax_struct.tgz -C "$here" --exclude=.git --exclude='.venv*' --exclude=runs .
     tpu scp /tmp/vit_jax_struct.tgz "$name":/tmp/ --worker=all
     tpu ssh "$name" --worker=all --command="mkdir -p ~/vit_jax_struct && tar xzf /tmp/vit_jax_struct.tgz -C ~/vit_jax_struct \
       && cd ~/vit_jax_struct && python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt \

@@ -179,3 +179,25 @@ def test_peer_benchmark_mirrors_the_three_models_in_timm_arguments_without_torch
     assert out["b16"]["opt"]["loss"] == "sigmoid_xent" and out["b16"]["opt"]["weight_decay"] == 0.1
     assert "model.posemb='sincos2d'" in out["refused"]
     assert out["imported"] == []
+
+
+def test_gpu_paper_scale_script_smoke_runs_on_cpu(tmp_path):
+    """`benchmarks/gpu_paper_scale.sh OUT --smoke`: the GPU script's steps at toy size, with no GPU and no data."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device, as on a user's machine
+    out, env = tmp_path / "out", {**env, "RUNS": str(tmp_path / "runs"), "PYTHON": sys.executable}
+    bad = subprocess.run(["bash", "benchmarks/gpu_paper_scale.sh", str(out), "--bogus"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "'--bogus' is not --smoke" in bad.stderr
+    p = subprocess.run(["bash", "benchmarks/gpu_paper_scale.sh", str(out), "--smoke"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert sorted(os.listdir(out)) == ["env.txt", "log.txt", "runs.jsonl", "runs.md", "train_step.jsonl",
+                                       "train_step.txt"]
+    bench = [json.loads(line) for line in open(out / "train_step.jsonl")]
+    assert [(b["config"], b["batch"], b["dtype"]) for b in bench] == [("configs/jelassi_cifar.py", 4, "bfloat16"),
+                                                                      ("configs/vit_b16.py", 2, "bfloat16")]
+    runs = {r["run"]: r for r in map(json.loads, open(out / "runs.jsonl"))}
+    assert sorted(runs) == ["positional,seed=0", "standard,seed=0"]
+    assert all(r["finished"] and r["steps"] == r["total_steps"] == 4 and 0 <= r["eval_accuracy"] <= 1
+               for r in runs.values())
+    assert "positional: 1 finished run(s)" in (out / "runs.md").read_text()

@@ -54,8 +54,9 @@ def test_worker_batches_are_the_threads_examples_and_state_resumes_at_next_batch
 
 
 def test_worker_processes_sigterm_then_rerun_resumes_bitwise(tmp_path, monkeypatch):
+    host = {"data.device_augment": False}  # the grain pipeline (the digits are otherwise augmented on the device)
     cfg = tiny_config(total_steps=6, checkpoint_every_steps=2, eval_every_steps=6,
-                      **{"data.worker_count": 2, "data.num_threads": 1, "data.prefetch": 16})
+                      **{"data.worker_count": 2, "data.num_threads": 1, "data.prefetch": 16, **host})
     state_a, last_a = trainer.train_and_evaluate(cfg, str(tmp_path / "a"))
 
     sent = sigterm_after_first_save(monkeypatch)  # pre-emption notice right after the first checkpoint
@@ -64,7 +65,7 @@ def test_worker_processes_sigterm_then_rerun_resumes_bitwise(tmp_path, monkeypat
     monkeypatch.undo()
     assert sent == [2] and stop.value.step == 3
     threads = tiny_config(total_steps=6, checkpoint_every_steps=2, eval_every_steps=6,
-                          **{"data.worker_count": 0, "data.num_threads": 1, "data.prefetch": 16})
+                          **{"data.worker_count": 0, "data.num_threads": 1, "data.prefetch": 16, **host})
     with pytest.raises(checkpoint.DataStateMismatch, match=r"written with data.worker_count=2, this run has "
                                                            r"data.worker_count=0.*--config.data.worker_count=2"):
         trainer.train_and_evaluate(threads, str(tmp_path / "b"))  # refused, not skipped as a broken checkpoint

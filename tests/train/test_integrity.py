@@ -204,11 +204,18 @@ def test_in_memory_data_trains_on_the_same_batches_as_the_files(tmp_path, caplog
         "data.source": "folder", "data.root": root, "data.num_classes": 0, "data.eval_examples": 0,
         "pp.train_crop": "pad"})
     _, files = trainer.train_and_evaluate(tiny_config(**base), str(tmp_path / "files"))
-    with caplog.at_level(logging.INFO):
-        _, mem = trainer.train_and_evaluate(tiny_config(**base, **{"data.in_memory": True}), str(tmp_path / "mem"))
+    with caplog.at_level(logging.INFO):  # the host pipeline over the array (data.device_augment=False)
+        _, mem = trainer.train_and_evaluate(tiny_config(**base, **{"data.in_memory": True,
+                                                                   "data.device_augment": False}),
+                                            str(tmp_path / "mem"))
     same = lambda m: {k: v for k, v in m.items() if not k.startswith(("time/", "goodput", "train/images_per_sec"))}
     assert same(mem) == same(files) and "train/loss" in same(mem)  # bit for bit: train loss, eval accuracy, loss
     assert "held in memory (data.in_memory)" in (tmp_path / "mem" / "log.txt").read_text()
+    # By default data held in memory is augmented on the device: the same data, other crop draws, and said so.
+    with caplog.at_level(logging.INFO):
+        _, dev = trainer.train_and_evaluate(tiny_config(**base, **{"data.in_memory": True}), str(tmp_path / "dev"))
+    assert 0 <= dev["eval/accuracy"] <= 1 and np.isfinite(dev["train/loss"])
+    assert "train input on the device: pad 1 + random crop, scaling" in (tmp_path / "dev" / "log.txt").read_text()
     with pytest.raises(validate.ConfigError, match=r"config.data.in_memory True needs config.data.decode_errors "
                                                    r"'raise'"):
         trainer.train_and_evaluate(tiny_config(**base, **{"data.in_memory": True, "data.decode_errors": "skip"}),
