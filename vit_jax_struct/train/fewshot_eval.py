@@ -82,16 +82,18 @@ class FewShotEvaluator:
         self.shots, self.repeats = tuple(int(k) for k in fs.shots), int(fs.repeats)
         self.l2_grid, self.seed = tuple(float(x) for x in fs.l2_grid), int(config.seed)
         self.holdout = int(fs.holdout_examples)
-        self.mesh, self.per_host_batch = mesh, per_host_batch
-        self.eval_pp = eval_pp
-        self._batches = {}  # id(source) -> pipeline.CachedEvalBatches
+        self.mesh = mesh
         self.sets = {}
+        self._batches = {}  # name -> (train, test) pipeline.CachedEvalBatches: decoded once, reused by every pass
         for name, d in dataset_specs(config).items():
             decoder = config.pp.get("jpeg_decoder", "pillow")
             train = sources.get_source(d, d.train_split, jpeg_decoder=decoder)
             test = sources.get_source(d, d.eval_split, getattr(train, "class_names", None), jpeg_decoder=decoder)
             self.sets[name] = (sources.evenly_spaced(train, int(fs.train_examples)),
                                sources.evenly_spaced(test, int(fs.test_examples)), train.num_classes)
+            self._batches[name] = tuple(
+                pipeline.CachedEvalBatches(src, eval_pp, per_host_batch, jax.process_index(), jax.process_count())
+                for src in self.sets[name][:2])
         value_range = config.pp.get("value_range", (-1.0, 1.0))
 
         def features(variables, batch):
@@ -103,13 +105,11 @@ class FewShotEvaluator:
         self._features = jax.jit(features, in_shardings=(variables_sharding, batch_sh),
                                  out_shardings=NamedSharding(mesh, P()))  # replicated: every host gets them all
 
-    def features(self, variables, source) -> tuple[np.ndarray, np.ndarray]:
-        """Pre-logits `[N, D]` float32 and labels `[N]` int of every example of `source` (padding dropped)."""
+    def features(self, variables, batches) -> tuple[np.ndarray, np.ndarray]:
+        """Pre-logits `[N, D]` float32 and labels `[N]` int of every example of `batches` (padded host batches of
+        `pipeline.eval_batches`, e.g. a `pipeline.CachedEvalBatches`; padding dropped)."""
         xs, ys = [], []
-        if id(source) not in self._batches:  # decoded and preprocessed once, reused by every pass (when they fit)
-            self._batches[id(source)] = pipeline.CachedEvalBatches(source, self.eval_pp, self.per_host_batch,
-                                                                   jax.process_index(), jax.process_count())
-        for batch in self._batches[id(source)]:
+        for batch in batches:
             x, y, m = jax.device_get(self._features(variables, sharding.global_batch(batch, self.mesh)))
             keep = np.asarray(m) > 0
             xs.append(np.asarray(x)[keep])
@@ -119,7 +119,8 @@ class FewShotEvaluator:
     def run(self, variables) -> dict:
         """`{"fewshot/<name>_<k>shot": mean test accuracy over the shot draws}` for every dataset and k."""
         out = {}
-        for name, (train, test, num_classes) in self.sets.items():
+        for name, (_, _, num_classes) in self.sets.items():
+            train, test = self._batches[name]
             tr_x, tr_y = self.features(variables, train)
             te_x, te_y = self.features(variables, test)
             res = fewshot.few_shot(tr_x, tr_y, te_x, te_y, num_classes, shots=self.shots, repeats=self.repeats,
