@@ -131,6 +131,7 @@ def main(argv):
     from vit_jax_struct.train import runlog
 
     logging.get_absl_handler().addFilter(runlog.QuietLibraries())
+    runlog.hold_back_library_errors(hold=not _traceback_requested())
     if len(argv) > 1:
         _fail(f"unexpected arguments: {argv[1:]}", USAGE_EXIT)
     from vit_jax_struct import storage

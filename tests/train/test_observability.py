@@ -150,49 +150,81 @@ def test_compilation_cache_is_written_then_hit(tmp_path):
                                                                          "jax_compilation_cache"))
 
 
-@pytest.mark.parametrize("noticed", [True, False], ids=["noticed_at_next_step", "noticed_when_stopping"])
-def test_a_failed_save_stops_at_the_next_step_naming_the_folder(tmp_path, monkeypatch, noticed):
-    """Disk full from the save of step 4 on (simulated): its background write fails and the TensorBoard flush of
-    the next step fails too. The run stops at step 5 with the CheckpointError naming the folder (not the TensorBoard
-    OSError), and checkpoint 2 stays the last complete one."""
-    full = []
-    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    original_save = checkpoint.Checkpointer.save
+class _FailedWrite:
+    """A commit future of Orbax's background save whose write fails as a full disk does (ENOSPC)."""
 
-    def save(self, step, state, it):
-        if step < 4:
-            return original_save(self, step, state, it)
-        full.append(step)  # the background write of this step fails: nothing reaches the disk
+    def result(self, timeout=None):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    def fail_if_full(self, *a, **k):
-        if full:
-            raise enospc
+    def cancel(self):
+        pass
 
-    original_wait = ocp.CheckpointManager.wait_until_finished
 
-    def wait(self, *a, **k):  # the real saves before the disk filled (step 2) complete, then the failure shows
-        original_wait(self, *a, **k)
-        fail_if_full(self)
+@pytest.mark.parametrize("noticed", [True, False], ids=["noticed_at_next_step", "noticed_by_the_next_save"])
+def test_a_failed_background_save_stops_the_run_naming_its_step_and_the_last_good_checkpoint_resumes(
+        tmp_path, monkeypatch, caplog, noticed):
+    """Disk full during the background save of step 4 (its array write fails inside Orbax's save thread, the step's
+    temporary folder is left behind). Noticed at the next step, the run stops at step 5 (or, if the failure is not
+    known yet, at the save of step 6 at the latest) naming step 4, the partial folder is moved aside, log.txt ends
+    with the one error line, and the same run resumes from checkpoint 2."""
+    original_async_save = ocp.StandardCheckpointHandler.async_save
 
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
-    monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished", wait)
-    if noticed:
-        monkeypatch.setattr(ocp.CheckpointManager, "check_for_errors", fail_if_full)
-    from tensorboardX import SummaryWriter
+    async def async_save(self, directory, *a, **k):
+        futures = list(await original_async_save(self, directory, *a, **k) or [])
+        if os.path.basename(os.path.dirname(str(directory))).startswith("4."):
+            futures.append(_FailedWrite())
+        return futures
 
-    original_flush = SummaryWriter.flush
-    monkeypatch.setattr(SummaryWriter, "flush", lambda self: fail_if_full(self) or original_flush(self))
+    monkeypatch.setattr(ocp.StandardCheckpointHandler, "async_save", async_save)
+    original_check = checkpoint.Checkpointer.check
+
+    def check(self, step=None):
+        if noticed and step == 5:  # the failed save has ended before step 5 is checked
+            while self.manager.is_saving_in_progress():
+                time.sleep(0.01)
+        elif not noticed:  # a check never sees it in time: the next save waits for it and reports it
+            return None
+        return original_check(self, step)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "check", check)
     wd = tmp_path / "w"
-    cfg = tiny_config(total_steps=10, checkpoint_every_steps=2, eval_every_steps=0, tensorboard=True)
+    cfg = tiny_config(total_steps=10, checkpoint_every_steps=2, eval_every_steps=0)
     with pytest.raises(checkpoint.CheckpointError) as err:
         trainer.train_and_evaluate(cfg, str(wd))
-    assert str(err.value) == f"saving a checkpoint in {wd}/checkpoints failed: OSError: [Errno 28] No space left " \
-                             "on device"
-    assert full == [4]
-    assert [r["step"] for r in metrics.read_metrics(str(wd)) if "train/loss" in r] == [1, 2, 3, 4] + \
-        ([] if noticed else [5])  # step 5 trained (its TensorBoard flush failed); nothing after it
+    text = str(err.value)
+    broken = os.listdir(wd / "checkpoints.broken")
+    assert len(broken) == 1 and broken[0].startswith("4-"), broken
+    assert text == (f"saving checkpoint step 4 ({wd}/checkpoints/4) failed: No space left on device; its partial "
+                    f"folder was moved to {wd}/checkpoints.broken/{broken[0]}; the last complete checkpoint is step 2: "
+                    "rerun the same command to resume from it once the fault is fixed"
+                    + ("; the run stopped at step 5" if noticed else ""))
+    last = 4 if noticed else 6  # step 5's check stops it before its record; step 6's save after its record
+    assert [r["step"] for r in metrics.read_metrics(str(wd)) if "train/loss" in r] == list(range(1, last + 1))
     assert sorted(os.listdir(wd / "checkpoints")) == ["2"] and (wd / "checkpoints/2/commit_success.txt").exists()
-    assert (wd / "log.txt").read_text().splitlines()[-1] == f"error: CheckpointError: {err.value}"
+    log = (wd / "log.txt").read_text().splitlines()
+    assert log[-1] == f"error: CheckpointError: {text}"
+    assert log[-2].startswith("library errors held back from stderr: ") and "No space left on device" in log[-2]
+    assert not any(line.startswith("Traceback") for line in log)
+    monkeypatch.undo()
+    with caplog.at_level(logging.INFO):
+        trainer.train_and_evaluate(cfg, str(wd))  # space is back: the same run resumes from step 2 and finishes
+    assert f"resuming from checkpoint {wd}/checkpoints/2 (step 2 of 10)" in caplog.text
+    assert [r["step"] for r in metrics.read_metrics(str(wd)) if "train/loss" in r] == list(range(1, 11))
+    assert sorted(os.listdir(wd / "checkpoints"), key=int)[-1] == "10"
+
+
+def test_library_errors_are_counted_once_per_message_whatever_the_names_and_numbers():
+    from vit_jax_struct.train import runlog
+
+    d = runlog.LibraryErrors()
+    first = [d.add(f'[process=0][thread=t{i}] Error writing "params.block_{i}.kernel" at file {i}: No space left')
+             for i in range(40)]
+    assert first == [True] + [False] * 39
+    assert d.add("RuntimeError: Event loop is closed") and not d.add("RuntimeError: Event loop is closed")
+    summary = d.summary()
+    assert summary.startswith("library errors held back from stderr: 42 records, 2 distinct: 40x [process=0]"
+                              "[thread=t0] Error writing \"params.block_0.kernel\" at file 0: No space left | "
+                              "2x RuntimeError: Event loop is closed"), summary
 
 
 def test_nan_before_any_checkpoint_says_there_is_none(tmp_path):

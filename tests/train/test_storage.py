@@ -4,6 +4,7 @@ the workdir lock, faults (missing bucket, no credentials, the store going away m
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -173,6 +174,8 @@ def test_store_going_away_stops_the_run_and_the_same_command_resumes(tmp_path):
     assert p.returncode == 1, out[-3000:]
     err = [line for line in out.splitlines() if line.startswith("error: ")]
     assert len(err) == 1 and "gs://outage/run" in err[0], out[-3000:]
+    other = [line for line in out.splitlines() if not re.match(r"[IW]\d{4} ", line) and not line.startswith("error: ")]
+    assert len(other) <= 4 and "Traceback" not in out, out[-3000:]  # library errors are counted in log.txt instead
     assert stopped_after < 60, stopped_after  # gcsfs retries for about 35 s, then the run stops (no second round)
     print(f"stopped {stopped_after:.1f} s after the store went away")
     emu.start()  # the same bucket, back

@@ -87,6 +87,23 @@ def _item_handlers():
     return {"state": ocp.StandardCheckpointHandler(), "data": grain.checkpoint.CheckpointHandler()}
 
 
+_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax writes a step here and renames it to `<step>` once complete
+
+# OS causes a failed write reports, in TensorStore's and Python's words: the one line a user needs.
+_OS_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied",
+              "Input/output error")
+
+
+def storage_cause(e: BaseException) -> str:
+    """The cause of a failed write in a few words: the OS error named inside `e` (TensorStore wraps it in a long
+    message naming one array file among hundreds), or `short_error(e)`."""
+    text = str(e)
+    for cause in _OS_CAUSES:
+        if cause in text:
+            return cause
+    return short_error(e, 300)
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written, or no checkpoint of a workdir restores; the message names the path."""
 
@@ -158,6 +175,8 @@ class Checkpointer:
                 max_to_keep=keep, enable_async_checkpointing=async_save, create=not read_only,
                 read_only=read_only,
                 async_options=ocp.AsyncOptions(timeout_secs=int(timeout_s), create_directories_asynchronously=False)))
+        self._async = bool(async_save)
+        self._pending: int | None = None  # the step whose background save is in flight
 
     def latest_step(self) -> int | None:
         """Step of the newest complete checkpoint, or None."""
@@ -166,37 +185,107 @@ class Checkpointer:
     def step_dir(self, step: int) -> str:
         return storage.join(self.directory, str(step))
 
-    def check(self) -> None:
-        """Raises `CheckpointError` if a background save has failed (disk full, folder gone, store down)."""
+    def check(self, step: int | None = None) -> None:
+        """Raises `CheckpointError` if the background save in flight has failed (disk full, folder gone, store down).
+
+        Cheap enough for every step: a flag read, and a join of the finished background threads once the save has
+        ended. The error names the step whose save failed (and `step`, the train step reached, if given); its
+        partial folder is moved aside (see `_failed`)."""
         try:
+            try:
+                self.manager.check_for_errors()
+            except Exception as e:
+                self._failed(self._pending, e)
+            if self._pending is not None and not self.manager.is_saving_in_progress():
+                self._settle()
+        except CheckpointError as e:
+            if step is None:
+                raise
+            raise CheckpointError(f"{e}; the run stopped at step {step}") from e.__cause__
+
+    def _settle(self) -> None:
+        """Waits for the save in flight (at once if it has ended) and raises `CheckpointError` naming its step if it
+        failed; a save that ended without an error but left its temporary folder counts as failed too."""
+        step = self._pending
+        try:
+            self.manager.wait_until_finished()
             self.manager.check_for_errors()
         except Exception as e:
-            raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {short_error(e)}") from e
+            self._failed(step, e)
+        self._pending = None
+        if step is not None and not storage.is_url(self.directory) and \
+                storage.exists(self.step_dir(step) + _TMP_SUFFIX):
+            self._failed(step, RuntimeError(f"its temporary folder {self.step_dir(step)}{_TMP_SUFFIX} was never "
+                                            "completed"))
+
+    def _failed(self, step: int | None, e: BaseException):
+        """Raises the `CheckpointError` for a failed save of `step` (None: not known) after moving the folder it left
+        (`<step>.orbax-checkpoint-tmp`, or an uncommitted `<step>`) to `checkpoints.broken/` (a rename on a local
+        disk: no space needed); a move that fails is logged, not raised."""
+        self._pending = None
+        what = f"checkpoint step {step} ({self.step_dir(step)})" if step is not None else \
+            f"a checkpoint in {self.directory}"
+        moved = self._move_partial(step) if step is not None else None
+        good = self._latest_complete(exclude=step)
+        resume = (f"the last complete checkpoint is step {good}: rerun the same command to resume from it once the "
+                  "fault is fixed" if good is not None else "no complete checkpoint was written before it")
+        raise CheckpointError(f"saving {what} failed: {storage_cause(e)}; "
+                              + (f"its partial folder was moved to {moved}; " if moved else "") + resume) from e
+
+    def _move_partial(self, step: int) -> str | None:
+        """Moves `<step>.orbax-checkpoint-tmp` of a local checkpoint folder to `checkpoints.broken/<step>-<time>`.
+
+        A bucket is left alone: the store that failed the save would fail (and retry) the copy too, and Orbax writes
+        no temporary folder there; a resume moves the uncommitted step aside (`restore_latest`)."""
+        src = self.step_dir(step) + _TMP_SUFFIX
+        if jax.process_index() != 0 or storage.is_url(self.directory):
+            return None
+        try:
+            if not storage.exists(src):
+                return None
+            dst = storage.join(self.directory + ".broken", f"{step}-{int(time.time())}")
+            storage.move(src, dst)
+            return dst
+        except Exception as e:  # the error of the save still stands
+            logging.warning("could not move the partial checkpoint %s aside: %s", src, short_error(e))
+            return None
+
+    def _latest_complete(self, exclude: int | None) -> int | None:
+        """The newest step the manager finished, other than `exclude` (from memory: the store may be gone)."""
+        try:
+            steps = [s for s in self.manager.all_steps() if s != exclude]
+        except Exception:
+            return None
+        return max(steps) if steps else None
 
     def save(self, step: int, state, data_iterator) -> None:
         """Saves `state` and the iterator position as checkpoint `step` (asynchronously if enabled).
 
+        The previous save is waited for first, so its failure is reported under its own step.
+
         Raises:
-          CheckpointError: this save could not start, or an earlier background save failed.
+          CheckpointError: this save could not start, or the previous background save failed.
         """
         self.check()
+        if self._pending is not None:
+            self._settle()
         try:
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iterator)), force=True)
         except Exception as e:
-            raise CheckpointError(f"cannot save checkpoint {self.step_dir(step)}: {short_error(e)}") from e
+            self._failed(step, e)
+        if self._async:
+            self._pending = step
+        elif not storage.is_url(self.directory) and storage.exists(self.step_dir(step) + _TMP_SUFFIX):
+            self._failed(step, RuntimeError("the save returned without completing the step folder"))
 
     def wait(self) -> None:
         """Blocks until pending saves are complete.
 
         Raises:
-          CheckpointError: a pending save failed.
+          CheckpointError: a pending save failed (naming its step).
         """
-        try:
-            self.manager.wait_until_finished()
-        except Exception as e:
-            raise CheckpointError(f"saving a checkpoint in {self.directory} failed: {short_error(e)}") from e
-        self.check()
+        self._settle()
 
     def restore(self, step: int, abstract_state, data_iterator=None, data_workers: int | None = None):
         """Restores checkpoint `step` onto `abstract_state`'s shardings and rewinds `data_iterator` in place (if given).

@@ -11,7 +11,9 @@ every upload of the metrics. A resumed run appends to the same file.
 
 from __future__ import annotations
 
+import collections
 import logging as logging_std
+import re
 
 import jax
 from absl import logging as absl_logging
@@ -36,6 +38,126 @@ class QuietLibraries(logging_std.Filter):
         return record.levelno >= logging_std.WARNING and not record.getMessage().startswith(_EXPECTED_WARNINGS)
 
 
+# Where the ERROR records of a failing background write come from: Orbax logs every failed array write of a save with
+# its traceback, asyncio every orphaned task's exception: about a thousand lines for one full disk.
+_ERROR_SOURCES = ("/orbax/", "/tensorstore/", "/asyncio/", "/grain/", "/concurrent/futures/", "/gcsfs/", "/fsspec/",
+                  "/aiohttp/", "/google/cloud/storage/", "/google/api_core/")
+
+
+class LibraryErrors:
+    """A digest of library errors: held back from stderr (the run's own `error:` line says what failed), written once
+    per distinct message to log.txt without the traceback, and counted (`summary()`). `show(True)` (`--traceback`)
+    lets every record through as the library logged it.
+
+    Messages are the same when they differ only in quoted names and numbers (the array file, the task number).
+    """
+
+    def __init__(self):
+        self.counts: collections.Counter = collections.Counter()
+        self.first: dict[str, str] = {}
+        self.shown = False
+
+    def reset(self) -> None:
+        self.counts.clear()
+        self.first.clear()
+
+    def show(self, shown: bool) -> None:
+        self.shown = bool(shown)
+
+    @staticmethod
+    def is_library_error(record) -> bool:
+        return record.levelno >= logging_std.ERROR and any(s in record.pathname for s in _ERROR_SOURCES)
+
+    @staticmethod
+    def text_of(record) -> str:
+        """The record's message and its exception's first line, as one line."""
+        text = record.getMessage().strip().splitlines()[0] if record.getMessage().strip() else ""
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            text = f"{text}: {short_error(exc, 300)}" if text else short_error(exc, 300)
+        return text
+
+    def add(self, text: str) -> bool:
+        """Counts one occurrence of `text`; True if it is the first of its kind."""
+        key = re.sub(r"\d+", "N", re.sub(r'"[^"]*"|\'[^\']*\'', '"…"', re.sub(r"^(\[[^]]*\])+\s*", "", text)))
+        self.counts[key] += 1
+        if key in self.first:
+            return False
+        self.first[key] = text
+        return True
+
+    def record_seen(self, record) -> bool:
+        """Counts `record` once (whichever handler sees it first); True if its message is the first of its kind."""
+        first = getattr(record, "_library_error_first", None)
+        if first is None:
+            first = self.add(self.text_of(record))
+            record._library_error_first = first
+        return first
+
+    def summary(self) -> str | None:
+        """One line: how many library error records were held back, each distinct message with its count."""
+        if not self.counts:
+            return None
+        parts = [f"{n}x {self.first[k][:300]}" for k, n in self.counts.most_common(5)]
+        more = len(self.counts) - len(parts)
+        return (f"library errors held back from stderr: {sum(self.counts.values())} records, {len(self.counts)} "
+                f"distinct: " + " | ".join(parts) + (f" | … {more} more" if more > 0 else ""))
+
+
+LIBRARY_ERRORS = LibraryErrors()
+
+
+class HoldBackLibraryErrors(logging_std.Filter):
+    """For the stderr handler: drops library errors (counted in `LIBRARY_ERRORS`) unless `--traceback` is given."""
+
+    def filter(self, record):
+        if LIBRARY_ERRORS.shown or not LibraryErrors.is_library_error(record):
+            return True
+        LIBRARY_ERRORS.record_seen(record)
+        return False
+
+
+def _hook_text(exc_type, exc_value, exc_traceback) -> str | None:
+    """The one-line text of an exception raised in a library's thread or finaliser, or None if not a library's."""
+    tb, frames = exc_traceback, []
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    if not any(s in f for f in frames for s in _ERROR_SOURCES):
+        return None
+    return short_error(exc_value if exc_value is not None else exc_type(), 300)
+
+
+def hold_back_library_errors(hold: bool) -> None:
+    """Installs the digest on stderr: absl's handler gets `HoldBackLibraryErrors`, and exceptions a library's
+    background thread or an asyncio finaliser would print as a bare traceback (`Event loop is closed` after a failed
+    save) are counted instead. `hold=False` (`--traceback`): everything shows as the libraries print it."""
+    import sys
+    import threading
+
+    LIBRARY_ERRORS.show(not hold)
+    absl_logging.get_absl_handler().addFilter(HoldBackLibraryErrors())
+    if not hold:
+        return
+    thread_hook, unraisable_hook = threading.excepthook, sys.unraisablehook
+
+    def on_thread_error(args):
+        text = _hook_text(args.exc_type, args.exc_value, args.exc_traceback)
+        if text is None:
+            thread_hook(args)
+        else:
+            LIBRARY_ERRORS.add(text)
+
+    def on_unraisable(args):
+        text = _hook_text(args.exc_type, args.exc_value, args.exc_traceback)
+        if text is None:
+            unraisable_hook(args)
+        else:
+            LIBRARY_ERRORS.add(text)
+
+    threading.excepthook, sys.unraisablehook = on_thread_error, on_unraisable
+
+
 class RunLog(logging_std.Handler):
     """A logging handler writing the run's records to `workdir/log.txt` (process 0; other processes: inactive).
 
@@ -56,14 +178,23 @@ class RunLog(logging_std.Handler):
         self._lines: list[str] = []  # before open(), and for an object store
         self._file = None
         self._dirty = False
+        self._summary_written = None
 
     def start(self) -> RunLog:
+        LIBRARY_ERRORS.reset()
         if self.active:
             logging_std.getLogger().addHandler(self)
         return self
 
     def emit(self, record):
         try:
+            if LibraryErrors.is_library_error(record) and not LIBRARY_ERRORS.shown:
+                if LIBRARY_ERRORS.record_seen(record):  # the first of its kind, as one line; the rest counted
+                    line = self.formatter.format(logging_std.makeLogRecord(
+                        {**record.__dict__, "msg": LibraryErrors.text_of(record), "args": None, "exc_info": None,
+                         "exc_text": None}))
+                    self._write(line + "  (repeats are counted, not written)")
+                return
             self._write(self.format(record))
         except Exception:  # A failing log file must not fail the run from inside a log call.
             self.handleError(record)
@@ -74,6 +205,13 @@ class RunLog(logging_std.Handler):
         else:
             self._lines.append(line)
             self._dirty = True
+
+    def note_library_errors(self) -> None:
+        """Writes the one-line digest of the library errors held back from stderr (once; nothing if none)."""
+        summary = LIBRARY_ERRORS.summary()
+        if summary and summary != self._summary_written:
+            self.note(summary)
+            self._summary_written = summary
 
     def note(self, text: str) -> None:
         """Writes `text` to log.txt only (not to stderr)."""
@@ -109,10 +247,12 @@ class RunLog(logging_std.Handler):
             self._dirty = False
 
     def close(self, upload: bool = True) -> None:
-        """Detaches the handler and closes the file (uploads it first if `upload`; an object store only)."""
+        """Detaches the handler and closes the file (uploads it first if `upload`; an object store only). The counts
+        of library errors held back (`LIBRARY_ERRORS`) are written first, as one line."""
         logging_std.getLogger().removeHandler(self)
         if not self.active:
             return
+        self.note_library_errors()
         try:
             if upload:
                 self.flush()

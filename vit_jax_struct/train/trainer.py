@@ -678,7 +678,7 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account, init
             nonfinite = nonfinite + m["nonfinite"]
             step += 1
             profiler.after_step(step, m, account)
-            ckpt.check()  # A failed background save stops the run now, not one interval later.
+            ckpt.check(step)  # A failed background save stops the run now, not one interval later.
             if workdir_lock is not None:
                 workdir_lock.check()
             if step % log_every == 0 or step == total:
@@ -805,7 +805,8 @@ def _stop_after_error(e: BaseException, ckpt, writer, runlog) -> BaseException:
         if other is not error:
             logging.warning("while stopping after the error: %s", runlog_lib.short_error(other))
     text = "interrupted (a second Ctrl-C)" if isinstance(error, KeyboardInterrupt) else \
-        runlog_lib.short_error(error)
+        runlog_lib.short_error(error, 2000)  # as main.py prints it
+    runlog.note_library_errors()
     if not isinstance(error, Preempted):  # (a pre-emption has logged its own line)
         runlog.note(f"error: {text}")
     try:
