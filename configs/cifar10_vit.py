@@ -1,8 +1,9 @@
 """ViT on CIFAR-10 (Krizhevsky 2009) from 32-px images, sized to train on a 2-core CPU in under 30 minutes.
 
-    # CIFAR-10 as an image folder, root/{train,test}/<class>/*.{png,jpg} (e.g. the PNG folders of the
-    # "CIFAR-10 as images" mirrors, or written from the python pickles: one file per image under its class name):
-    python main.py --config=configs/cifar10_vit.py --workdir=runs/cifar10_vit --config.data.root=/tmp/data/cifar10
+    # CIFAR-10 as an image folder, root/{train,test}/<class>/*.{png,jpg}, from the official python archive
+    # (https://www.cs.toronto.edu/~kriz/cifar.html) into data/cifar10, this config's default root:
+    python -m vit_jax_struct.data.prepare --cifar=PATH/cifar-10-python.tar.gz --out=data/cifar10
+    python main.py --config=configs/cifar10_vit.py --workdir=runs/cifar10_vit
     # A prepared TFDS dataset instead (array_record): cifar10 or cifar100
     python main.py --config=configs/cifar10_vit.py:tfds=cifar100 --workdir=runs/cifar100_vit
 

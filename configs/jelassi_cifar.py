@@ -17,7 +17,7 @@ up with a GPU (the per-example host pipeline tops out near 1,500 img/s on 2 core
 about an hour: use `epochs=N` there, or the sweep configs.
 
 Arguments (comma-separated): `dataset=cifar10|cifar100|svhn` (default cifar10), `epochs=N` (default 300),
-`root=PATH` (default /tmp/data/<dataset>: an image folder `root/{train,test}/<class>/*`), `runlocal` (a few steps on
+`root=PATH` (default data/<dataset>, as `python -m vit_jax_struct.data.prepare --cifar=…` writes it: an image folder `root/{train,test}/<class>/*`), `runlocal` (a few steps on
 the embedded digits, for tests).
 """
 
@@ -50,7 +50,7 @@ def get_config(arg=None):
     c.model.num_heads = 12
     c.model.mlp_dim = 384
     c.data.source = "folder"
-    c.data.root = a.root or f"/tmp/data/{a.dataset}"
+    c.data.root = a.root or f"data/{a.dataset}"
     c.data.image_size = 32
     c.data.num_classes = num_classes
     c.data.in_memory = True

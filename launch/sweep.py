@@ -5,14 +5,18 @@
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py:steps=100 --root=… --run --only=permute
     python launch/sweep.py --sweep=… --root=gs://bucket/sweep --tpu=NAME,ZONE                               # TPU VM
     # Smoke sweep in minutes (4.3 min on 2 cores): sweep-level overrides that win over the sweep file's and every run's.
-    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=/tmp/smoke --run --jobs=2 \
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/smoke --run --jobs=2 \
         --set=total_steps=20 --set=eval_every_steps=10 --set=data.eval_examples=256 --set=optim.warmup_steps=2 \
         --set=fewshot.train_examples=300 --set=fewshot.holdout_examples=100 --set=fewshot.test_examples=256
 
 A sweep file defines `get_sweep(arg) -> dict(config=…, overrides={…}, runs=[{name, overrides, [config]}, …])`;
 `grid(**axes)` builds the runs of a Cartesian product. Every run gets its own workdir `ROOT/<name>`; local runs go
 one after another (`--jobs=N`: N at a time, each on its own 1/N of the CPU cores unless `--no-pin`), a finished run
-(with `final_metrics.json`) is skipped, an interrupted one resumes.
+(with `final_metrics.json`) is skipped, an interrupted one resumes. A `--set=total_steps=N` shows in the run names.
+
+Before any run starts, every image-folder `data.root` the runs read must exist (else one `error:` line naming it and
+the command that prepares it, exit 2). A run that exits 2 (a usage or config error: every run would fail the same
+way) stops the sweep (exit 2); a run that exits 1 is reported with its `error:` line and the others go on (exit 1).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import queue
 import shlex
 import subprocess
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if HERE not in sys.path:
@@ -86,23 +91,86 @@ def parse_sets(sets) -> dict:
     return out
 
 
+def run_name(name: str, sets: dict | None) -> str:
+    """The workdir name of a run under the `--set` overrides: a `total_steps` override replaces the `steps=N` the
+    sweep's name carries (or is appended as `steps=N`), so a smoke root never looks like a full one."""
+    steps = (sets or {}).get("total_steps")
+    if steps is None:
+        return name
+    parts = name.split(",")
+    if any(p.startswith("steps=") for p in parts):
+        return ",".join(f"steps={steps}" if p.startswith("steps=") else p for p in parts)
+    return f"{name},steps={steps}"
+
+
 def commands(sweep: dict, root: str, python: str = sys.executable, multihost: bool = False,
              sets: dict | None = None) -> list[tuple]:
     """`[(name, workdir, argv)]` for every run.
 
     Override order (a later one wins): the sweep's shared `overrides`, the run's own, then `sets` (the command
     line's `--set`, for every run: e.g. a smoke sweep's `total_steps`, `eval_every_steps`, `data.eval_examples`).
+    A `total_steps` set shows in the names (`run_name`).
+
+    Raises:
+      ValueError: two runs whose names coincide once `total_steps` is in them.
     """
     out = []
     for run in sweep["runs"]:
-        workdir = storage.join(root, run["name"])
+        name = run_name(run["name"], sets)
+        workdir = storage.join(root, name)
         argv = [python, "main.py", f"--config={run.get('config', sweep['config'])}", f"--workdir={workdir}"]
         for k, v in {**sweep.get("overrides", {}), **run["overrides"], **(sets or {})}.items():
             argv.append(f"--config.{k}={v}")
         if multihost:
             argv.append("--config.multihost=True")
-        out.append((run["name"], workdir, argv))
+        out.append((name, workdir, argv))
+    names = [n for n, _, _ in out]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"with the --set overrides, runs share the names {dup}; run them in separate roots")
     return out
+
+
+# The command that writes each dataset folder the sweeps read by default (data/<name> under the repository).
+_PREPARE = {"cifar10": "python -m vit_jax_struct.data.prepare --cifar=PATH/cifar-10-python.tar.gz --out={root}",
+            "cifar100": "python -m vit_jax_struct.data.prepare --cifar=PATH/cifar-100-python.tar.gz --out={root}"}
+
+
+def missing_data(cmds) -> str | None:
+    """The error line for the first image-folder `data.root` of the runs that does not exist (relative roots are
+    the repository's, where the runs start), naming the folder, how many runs read it and the command that makes
+    it; None when every root exists. Runs reading TFDS or a bucket are not checked here (the run checks them)."""
+    roots = {}
+    for _, _, argv in cmds:
+        opts = dict(a[len("--config."):].split("=", 1) for a in argv if a.startswith("--config.") and "=" in a)
+        root = opts.get("data.root", "")
+        if root and opts.get("data.source", "folder") == "folder" and not storage.is_url(root):
+            roots[root] = roots.get(root, 0) + 1
+    for root, n in roots.items():
+        path = root if os.path.isabs(root) else os.path.join(HERE, root)
+        if os.path.isdir(path):
+            continue
+        base = os.path.basename(os.path.normpath(root)).lower().replace("-", "").replace("_", "")
+        key = "cifar100" if "cifar100" in base else "cifar10" if "cifar10" in base else None
+        where = root if os.path.isabs(root) else f"{root} ({path})"
+        head = f"data.root {where} does not exist ({n} of the sweep's runs read it); "
+        if key is None:
+            return head + "expected an image folder root/{train,test}/<class>/*"
+        return head + (f"make it with: {_PREPARE[key].format(root=root)} (the archive from "
+                       "https://www.cs.toronto.edu/~kriz/cifar.html), or point the sweep at a copy: "
+                       "--sweep=FILE:root=PATH")
+    return None
+
+
+def error_line(workdir: str) -> str | None:
+    """The last `error:` line a run printed (its `console.txt`), without the `--traceback` hint; None if none."""
+    path = os.path.join(workdir, "console.txt")
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.rstrip("\n") for line in f if line.startswith("error: ")]
+    except OSError:
+        return None
+    return lines[-1].replace("  (--traceback for the full trace)", "") if lines else None
 
 
 def core_slots(jobs: int, cores=None) -> list[set[int]] | None:
@@ -164,9 +232,13 @@ def main(argv=None):
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="config override for every run, winning over the sweep's (repeatable)")
     args = ap.parse_args(argv)
-    sweep = load_sweep(args.sweep)
-    cmds = [c for c in commands(sweep, args.root, multihost=bool(args.tpu), sets=parse_sets(args.set))
-            if not args.only or any(o in c[0] for o in args.only)]
+    try:
+        sweep = load_sweep(args.sweep)
+        cmds = [c for c in commands(sweep, args.root, multihost=bool(args.tpu), sets=parse_sets(args.set))
+                if not args.only or any(o in c[0] for o in args.only)]
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not cmds:
         ap.error(f"no run of the sweep matches --only {' or '.join(map(repr, args.only))}")
     if args.tpu:
@@ -182,20 +254,40 @@ def main(argv=None):
         for _, _, cmd in cmds:
             print(shlex.join(cmd))
         return 0
+    problem = missing_data(cmds)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     slots = queue.Queue()
     for cores in (core_slots(args.jobs) if args.pin else None) or [None] * args.jobs:
         slots.put(cores)
+    stop = threading.Event()  # set by a run that exits 2: a usage or config error, the same for every run
 
     def run_in_slot(c):
+        if stop.is_set():
+            return None
         cores = slots.get()  # a free share of the cores (the run that held it has finished)
         try:
-            return run_one(*c, cores=cores)
+            if stop.is_set():
+                return None
+            rc = run_one(*c, cores=cores)
         finally:
             slots.put(cores)
+        if rc:
+            line = error_line(c[1]) if not storage.is_url(c[1]) else None
+            print(f"[sweep] {c[0]}: {line or f'exit {rc}, see its console.txt'}", file=sys.stderr, flush=True)
+            if rc == 2:
+                stop.set()
+        return rc
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         rcs = list(pool.map(run_in_slot, cmds))
     failed = [name for (name, _, _), rc in zip(cmds, rcs, strict=True) if rc]
+    skipped = sum(rc is None for rc in rcs)
+    if stop.is_set():
+        print(f"error: a run exited 2 (a usage or config error: every run of the sweep would fail the same way); "
+              f"stopped the sweep, {skipped} run(s) not started", file=sys.stderr)
+        return 2
     if failed:
         print(f"[sweep] failed runs: {failed}", file=sys.stderr)
         return 1

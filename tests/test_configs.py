@@ -333,7 +333,7 @@ def test_jelassi_cifar_is_the_papers_schedule():
     assert (c.total_steps, c.optim.warmup_steps, c.batch_size) == (300 * 391, 5 * 391, 128)
     assert (c.model.depth, c.model.width, c.model.num_heads, c.model.mlp_dim, c.model.variant) == \
         (7, 384, 12, 384, "Ti/4")
-    assert c.data.in_memory and c.data.device_augment and c.data.root == "/tmp/data/cifar10"
+    assert c.data.in_memory and c.data.device_augment and c.data.root == "data/cifar10"
     svhn = load("configs/jelassi_cifar.py", "dataset=svhn,epochs=2")
     assert (svhn.total_steps, svhn.data.num_classes, svhn.pp.flip) == (2 * 573, 10, False)
     assert load("configs/jelassi_cifar.py", "dataset=cifar100").data.num_classes == 100

@@ -83,6 +83,8 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     with open(os.path.join(tmp_path, "out", "verdicts.json")) as f:
         assert {v["id"] for v in json.load(f)} == set(rows)
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0
+    assert report.main(["--runs", root, "--no-curves"]) == 0  # without --out: beside the runs, never docs/results
+    assert sorted(os.listdir(os.path.join(root, "report"))) == ["runs.csv", "scoreboard.md", "verdicts.json"]
 
 
 def test_row_status_combines_the_claims_comparisons_and_checks_are_never_reproduced():

@@ -20,3 +20,67 @@ def test_a_run_given_cores_runs_on_exactly_them(tmp_path):
     assert (tmp_path / "probe" / "console.txt").read_text().strip() == f"[{core}]"
     assert sweep.run_one("all", str(tmp_path / "all"), cmd) == 0
     assert (tmp_path / "all" / "console.txt").read_text().strip() == str(sorted(os.sched_getaffinity(0)))
+
+
+import subprocess  # noqa: E402
+import textwrap  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# tests/conftest.py::tiny_config as overrides of configs/default.py (one device, seconds per run)
+TINY = {"total_steps": 4, "batch_size": 16, "log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 0,
+        "data.image_size": 8, "data.eval_examples": 32, "model.variant": "mu/4", "model.width": 32,
+        "model.depth": 1, "model.mlp_dim": 64, "model.num_heads": 2, "pp.pad": 1, "optim.warmup_steps": 1,
+        "mesh.data": 1, "tensorboard": False}
+
+
+def _sweep_file(tmp_path, runs):
+    path = tmp_path / "sweep_def.py"
+    path.write_text(textwrap.dedent(f"""
+        def get_sweep(arg=None):
+            return {{"config": "configs/default.py", "overrides": {TINY!r}, "runs": {runs!r}}}
+    """))
+    return str(path)
+
+
+def _sweep(*args):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": ""}
+    return subprocess.run([sys.executable, "launch/sweep.py", *args], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600, check=False)
+
+
+def test_total_steps_set_on_the_command_line_shows_in_the_run_names():
+    sets = {"total_steps": "20"}
+    assert sweep.run_name("train_fraction=0.1,steps=4000,seed=0", sets) == "train_fraction=0.1,steps=20,seed=0"
+    assert sweep.run_name("classifier=gap,seed=1", sets) == "classifier=gap,seed=1,steps=20"
+    assert sweep.run_name("classifier=gap,seed=1", {"eval_every_steps": "10"}) == "classifier=gap,seed=1"
+    names = [n for n, _, _ in sweep.commands(sweep.load_sweep("configs/sweeps/cifar_ablations.py"), "/r", sets=sets)]
+    assert len(names) == 25 and all("steps=20" in n and "steps=4000" not in n for n in names)
+
+
+def test_a_missing_data_root_stops_the_sweep_before_any_run_naming_the_folder_and_the_prepare_command(tmp_path):
+    r = _sweep(f"--sweep=configs/sweeps/cifar_ablations.py:root={tmp_path}/cifar10", f"--root={tmp_path}/runs",
+               "--run", "--set=total_steps=20")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: data.root {tmp_path}/cifar10 does not exist (25 of the sweep's runs read "
+                               "it); make it with: python -m vit_jax_struct.data.prepare "
+                               f"--cifar=PATH/cifar-10-python.tar.gz --out={tmp_path}/cifar10"), lines[0]
+    assert not (tmp_path / "runs").exists() and r.stdout == ""
+
+
+def test_a_run_exiting_2_stops_the_sweep_with_its_error_line_and_one_exiting_1_does_not(tmp_path):
+    bad = {"name": "bad_config", "overrides": {"model.classifier": "bogus"}}
+    nan = {"name": "nan", "overrides": {"optim.lr": 1e30, "optim.warmup_steps": 0, "optim.grad_clip_norm": 0.0}}
+    ok = {"name": "ok", "overrides": {}}
+    r = _sweep(f"--sweep={_sweep_file(tmp_path, [bad, nan, ok])}", f"--root={tmp_path}/a", "--run")
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert err[0].startswith("[sweep] bad_config: error: ") and "bogus" in err[0], err
+    assert err[-1].startswith("error: a run exited 2") and "2 run(s) not started" in err[-1], err
+    assert not (tmp_path / "a" / "nan").exists() and not (tmp_path / "a" / "ok").exists()
+    r = _sweep(f"--sweep={_sweep_file(tmp_path, [nan, ok])}", f"--root={tmp_path}/b", "--run")
+    assert r.returncode == 1, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert err[0].startswith("[sweep] nan: error: FloatingPointError: the train loss became NaN or inf"), err
+    assert err[-1] == "[sweep] failed runs: ['nan']"
+    assert (tmp_path / "b" / "ok" / "final_metrics.json").exists()  # the sweep went on

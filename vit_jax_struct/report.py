@@ -518,7 +518,9 @@ def archive(roots, dest: str) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", action="append", required=True, help="folder(s) holding workdirs (repeatable)")
-    ap.add_argument("--out", default="docs/results", help="where scoreboard.md, runs.csv and verdicts.json go")
+    ap.add_argument("--out", default="", help="where scoreboard.md, runs.csv, verdicts.json and curves/ go "
+                    "(default: beside the runs, FIRST_RUNS/report; the project's own docs/results is written only "
+                    "by the commands in docs/results/commands.txt)")
     ap.add_argument("--commands", default="", help="text file with the commands that produced the runs")
     ap.add_argument("--verdicts", action="append", default=[],
                     help="a result file of per-seed verdict values (JSON list; repeatable), e.g. the theory study's")
@@ -528,6 +530,8 @@ def main(argv=None) -> int:
     ap.add_argument("--curves", action=argparse.BooleanOptionalAction, default=True,
                     help="write PNG training curves to OUT/curves/ (per run and per comparison)")
     args = ap.parse_args(argv)
+    if not args.out:
+        args.out = storage.join(args.runs[0], "report")
     for path in args.verdicts:
         if not storage.exists(path):
             print(f"error: --verdicts {path} does not exist", file=sys.stderr)

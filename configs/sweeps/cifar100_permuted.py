@@ -35,7 +35,7 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
   one at a time, where an accelerator is, or after the ViT sweeps.
 
 Seed-major order: every completed seed adds one run to each arm.
-Arguments: `steps=N`, `cnn_steps=N`, `cnn_width=N`, `seeds=N`, `root=PATH` (default /tmp/data/cifar100).
+Arguments: `steps=N`, `cnn_steps=N`, `cnn_width=N`, `seeds=N`, `root=PATH` (default data/cifar100, written by `python -m vit_jax_struct.data.prepare --cifar=…`).
 """
 
 from configs import common
@@ -44,7 +44,7 @@ MAX_SEEDS = 3  # the fixed maximum number of seeds per arm, stated before the ru
 
 
 def get_sweep(arg=None):
-    a = common.parse_arg(arg, steps=1000, cnn_steps=1000, cnn_width=16, seeds=MAX_SEEDS, root="/tmp/data/cifar100")
+    a = common.parse_arg(arg, steps=1000, cnn_steps=1000, cnn_width=16, seeds=MAX_SEEDS, root="data/cifar100")
     if not 1 <= a.seeds <= MAX_SEEDS:
         raise ValueError(f"sweep argument seeds={a.seeds} must be 1 … {MAX_SEEDS} (the maximum fixed in advance)")
     vit = f"configs/cifar10_vit.py:steps={a.steps}"

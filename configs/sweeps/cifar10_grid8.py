@@ -34,7 +34,7 @@ Arms (the CLS, standard-attention, full-data arm is every comparison's baseline)
 - `positional`: positional attention in every block, as Jelassi et al. §6 (J1).
 Every run evaluates the few-shot probes (1/5/10/25-shot ridge on the pre-logits; R6 reads 10-shot on the digits, a
 task the models never saw) and holds the data in memory (`data.in_memory`: the same batches as the files, faster).
-Arguments: `steps=N`, `width=N`, `depth=N`, `heads=N`, `mlp=N`, `seeds=N`, `root=PATH` (default /tmp/data/cifar10).
+Arguments: `steps=N`, `width=N`, `depth=N`, `heads=N`, `mlp=N`, `seeds=N`, `root=PATH` (default data/cifar10, written by `python -m vit_jax_struct.data.prepare --cifar=…`).
 """
 
 from configs import common
@@ -44,7 +44,7 @@ MAX_SEEDS = 3  # the fixed maximum number of seeds per arm, stated before the ru
 
 def get_sweep(arg=None):
     a = common.parse_arg(arg, steps=2000, width=64, depth=6, heads=4, mlp=128, seeds=MAX_SEEDS,
-                         root="/tmp/data/cifar10")
+                         root="data/cifar10")
     if not 1 <= a.seeds <= MAX_SEEDS:
         raise ValueError(f"sweep argument seeds={a.seeds} must be 1 … {MAX_SEEDS} (the maximum fixed in advance)")
     vit = f"configs/cifar10_vit.py:steps={a.steps},fewshot"

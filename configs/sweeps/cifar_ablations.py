@@ -2,9 +2,9 @@
 
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run \\
         --only=""   # add --only=<substring> to run a part
-    python -m vit_jax_struct.report --runs=runs/cifar_ablations --out=docs/results
+    python -m vit_jax_struct.report --runs=runs/cifar_ablations       # -> runs/cifar_ablations/report/
     # Smoke sweep (all 25 arms, 20 steps, 256 eval images; 4.3 min on 2 CPU cores): sweep-level --set overrides.
-    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=/tmp/smoke --run --jobs=2 \
+    python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/smoke --run --jobs=2 \
         --set=total_steps=20 --set=eval_every_steps=10 --set=data.eval_examples=256 --set=optim.warmup_steps=2 \
         --set=fewshot.train_examples=300 --set=fewshot.holdout_examples=100 --set=fewshot.test_examples=256
 
@@ -15,7 +15,7 @@ budget (`data_steps`, default 4000 = 10 epochs, `long_seeds` seeds, default 2, w
 train_fraction 0.1 / 0.3 / 1.0, GAP classifier, positional attention. CNN arms (J3): thin ResNet-18 and VGG-19
 (16 channels in the first stage), original vs permuted patches, 2 seeds, `cnn_steps` (default 500).
 Arguments: `steps=N`, `cnn_steps=N`, `cnn_width=N`, `seeds=N`, `data_steps=N`, `long_seeds=N`, `root=PATH`
-(the CIFAR-10 image folder, default /tmp/data/cifar10). `--jobs=2` runs two at a time (≈ 1.35× the throughput of
+(the CIFAR-10 image folder, default data/cifar10, written by `python -m vit_jax_struct.data.prepare --cifar=…`). `--jobs=2` runs two at a time (≈ 1.35× the throughput of
 one on 2 cores).
 """
 
@@ -25,7 +25,7 @@ from launch.sweep import grid
 
 def get_sweep(arg=None):
     a = common.parse_arg(arg, steps=500, cnn_steps=500, cnn_width=16, seeds=1, data_steps=4000, long_seeds=2,
-                         root="/tmp/data/cifar10")
+                         root="data/cifar10")
     vit = f"configs/cifar10_vit.py:steps={a.steps}"
     runs = grid(**{"seed": [0, 1], "data.permute_patches": [False, True]})
     for run in runs:

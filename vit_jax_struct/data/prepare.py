@@ -1,4 +1,8 @@
-"""Converts a TFRecord-prepared TFDS dataset to array_record, so that training reads it with `tfds.data_source`.
+"""Prepares datasets: CIFAR from the official python archives (`--cifar`, see `data/cifar.py`), and TFRecord-prepared
+TFDS datasets to array_record (`--tfds`), so that training reads them with `tfds.data_source`.
+
+    python -m vit_jax_struct.data.prepare --cifar=PATH/cifar-10-python.tar.gz --out=data/cifar10
+    python -m vit_jax_struct.data.prepare --cifar=PATH/cifar-100-python.tar.gz --out=data/cifar100
 
 Datasets prepared the usual way (`tfds build imagenet2012`, or downloaded from a bucket) are TFRecord files, which
 `tfds.data_source` cannot read (no random access). This tool rewrites every shard as array_record (the format
@@ -158,10 +162,34 @@ def data_source(name: str, split: str, data_dir: str | None = None):
 
 
 def main(argv):
-    del argv
+    import sys
+
     f = flags.FLAGS
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
+        sys.exit(2)
+    if f.cifar:
+        from vit_jax_struct.data import cifar
+
+        if f.tfds:
+            print("error: give --cifar=ARCHIVE or --tfds=NAME, not both", file=sys.stderr)
+            sys.exit(2)
+        if not f.out:
+            print("error: --cifar needs --out=FOLDER (e.g. --out=data/cifar10, where the sweeps look)", file=sys.stderr)
+            sys.exit(2)
+        try:
+            record = cifar.prepare(f.cifar, f.out, f.labels, overwrite=f.overwrite)
+        except (FileNotFoundError, FileExistsError, ValueError) as e:
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            sys.exit(2)
+        name = "cifar10" if record["dataset"] == "cifar10" else "cifar100"
+        print(f"{record['dataset']} image folder in {os.path.abspath(f.out)}; train with "
+              f"--config.data.root={f.out} (the sweeps' default for {name}: data/{name})")
+        return
     if not f.tfds:
-        raise app.UsageError("--tfds=NAME is required")
+        print("error: give --cifar=PATH/cifar-10-python.tar.gz --out=data/cifar10 (CIFAR from the official archives) "
+              "or --tfds=NAME (a TFRecord TFDS dataset to array_record)", file=sys.stderr)
+        sys.exit(2)
     out = convert(f.tfds, f.data_dir, f.out_dir, f.num_workers, overwrite=f.overwrite)
     root = f.out_dir or f.data_dir or "(the TFDS default data dir)"
     print(f"array_record dataset in {out}; train with --config.data.source=tfds --config.data.name={f.tfds} "
@@ -173,5 +201,10 @@ if __name__ == "__main__":
     flags.DEFINE_string("data_dir", None, "TFDS data dir holding the TFRecord dataset (local or gs://)")
     flags.DEFINE_string("out_dir", None, "new data dir for the array_record copy (default: in place)")
     flags.DEFINE_integer("num_workers", 4, "shards converted in parallel")
-    flags.DEFINE_bool("overwrite", False, "rewrite array_record shards that already exist")
+    flags.DEFINE_bool("overwrite", False, "rewrite array_record shards (or the --cifar output) that already exist")
+    flags.DEFINE_string("cifar", None, "the official python archive: cifar-10-python.tar.gz or "
+                        "cifar-100-python.tar.gz (https://www.cs.toronto.edu/~kriz/cifar.html)")
+    flags.DEFINE_string("out", None, "with --cifar: the image folder to write, e.g. data/cifar10")
+    flags.DEFINE_enum("labels", "fine", ["fine", "coarse"], "with --cifar: CIFAR-100's 100 fine classes or 20 "
+                      "coarse superclasses (CIFAR-10 has fine only)")
     app.run(main)
