@@ -30,10 +30,17 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config file (file.py[:arg]).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder or gs:// URL (default: runs/<config name>[_<arg>]).")
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "analyze", "verify"],
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "analyze", "verify", "predict"],
                           "train: train (and resume) the config in the workdir; analyze: restore the workdir's latest "
                           "checkpoint and write RUN/analysis/ (plots, analysis.json, report.md); verify: decode every "
-                          "example of the config's train and eval splits and list the bad ones.")
+                          "example of the config's train and eval splits and list the bad ones; predict: classify "
+                          "--images with the workdir's latest checkpoint (or --config with its init_from), top-k to "
+                          "--out.")
+_IMAGES = flags.DEFINE_multi_string("images", [], "predict: image files, folders (searched recursively) or globs "
+                                    "(repeatable).")
+_TOP = flags.DEFINE_integer("top", 5, "predict: how many classes per image, most probable first.")
+_OUT = flags.DEFINE_string("out", None, "predict: write the predictions to this .csv or .json file.")
+_PREDICT_BATCH = flags.DEFINE_integer("predict_batch", 64, "predict: images per forward pass.")
 _COMPARE = flags.DEFINE_string("compare", None, "analyze: a second run for cross-model CKA (e.g. a ResNet).")
 _COMPARE_CONFIG = config_flags.DEFINE_config_file(
     "compare_config", None, "analyze: config of a second model loaded from a checkpoint file (its init_from, or "
@@ -172,6 +179,14 @@ def _run():
         from vit_jax_struct.theory import run as theory_run
 
         theory_run.run(config, workdir)
+    elif _MODE.value == "predict":
+        from vit_jax_struct import predict
+
+        if not _WORKDIR.value and not flags.FLAGS["config"].present:
+            raise app.UsageError("--mode=predict needs --workdir=RUN (a trained run) or --config=FILE.py "
+                                 "--config.init_from=CHECKPOINT")
+        explicit = config if flags.FLAGS["config"].present else None  # else the run's own config.json
+        predict.run_from_flags(_WORKDIR.value, explicit, _IMAGES.value, _TOP.value, _OUT.value, _PREDICT_BATCH.value)
     elif _MODE.value == "train":
         from vit_jax_struct.train import trainer
 

@@ -134,6 +134,23 @@ def build(config, devices=None):
     if data.get("num_classes") and data.num_classes != num_classes:
         raise ValueError(f"config.data.num_classes {data.num_classes} differs from the {num_classes} classes "
                          f"found in the {data.source!r} train split")
+    parts = build_model(config, num_classes, total_steps, mesh)
+    no_device_input = device_input.unsupported_reason(config, train_source)
+    return dict(**parts, mesh=mesh, train_source=train_source, eval_source=eval_source, per_host_batch=per_host,
+                eval_per_host_batch=eval_per_host, num_classes=num_classes, total_steps=total_steps,
+                full_train_examples=len(full_train), device_input=no_device_input is None,
+                no_device_input=no_device_input, class_names=getattr(full_train, "class_names", None))
+
+
+def build_model(config, num_classes: int, total_steps: int, mesh) -> dict:
+    """The model half of `build`, reading no data: `model`, `train_pp`, `eval_pp` (wrapped in the patch permutation
+    when `data.permute_patches`), `permutation` (or None), `tx`, `schedule`, `abstract_state` (`ShapeDtypeStruct`s
+    with shardings on `mesh`), `init_state` (jitted, of the init key) and `value_range` (`pp.value_range`).
+
+    Raises:
+      ValueError: a bad model, preprocessing, mixup, permutation, optimizer or loss value, naming it.
+    """
+    data = config.data
     model = get_model(config.model, num_classes)
     train_pp, eval_pp = preprocess.from_config(config.pp, data.image_size)  # uint8 out: scaled on the device
     mixup.check_config(config.get("mixup"))
@@ -150,7 +167,6 @@ def build(config, devices=None):
         perm = {"perm": perm, "patch": int(patch), "seed": data.get("permutation_seed", 0)}
         train_pp = permute.PermutePatches(train_pp, perm["perm"], patch)
         eval_pp = permute.PermutePatches(eval_pp, perm["perm"], patch)
-    no_device_input = device_input.unsupported_reason(config, train_source)
     tx, schedule = optim.make_optimizer(config.optim, total_steps)
     jax.eval_shape(lambda logits, labels: optim.classification_loss(logits, labels, num_classes, config.loss),
                    jax.ShapeDtypeStruct((1, num_classes), jnp.float32),
@@ -169,14 +185,9 @@ def build(config, devices=None):
     state_sh = sharding.shardings(shapes, config.get("param_sharding", ((".*", "fsdp"),)), mesh)
     abstract_state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                                   shapes, state_sh)
-    return dict(mesh=mesh, model=model, train_source=train_source, eval_source=eval_source, train_pp=train_pp,
-                eval_pp=eval_pp, tx=tx, schedule=schedule, per_host_batch=per_host,
-                eval_per_host_batch=eval_per_host, abstract_state=abstract_state, num_classes=num_classes,
-                init_state=jax.jit(init_state, out_shardings=state_sh), total_steps=total_steps,
-                full_train_examples=len(full_train),
-                permutation=perm, device_input=no_device_input is None, no_device_input=no_device_input,
-                value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))),
-                class_names=getattr(full_train, "class_names", None))
+    return dict(model=model, train_pp=train_pp, eval_pp=eval_pp, permutation=perm, tx=tx, schedule=schedule,
+                abstract_state=abstract_state, init_state=jax.jit(init_state, out_shardings=state_sh),
+                value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))))
 
 
 def make_train_iterator(config, parts):
