@@ -27,7 +27,8 @@ def base() -> ml_collections.ConfigDict:
     #                                   or a weights file: ViT .npz (vit_jax / big_vision), timm .safetensors,
     #                                   Hugging Face folder (models/official.py, torch_layouts.py); BiT .npz.
     c.init_reinit = r"^(head|pre_logits)/"  # weights file: params (regex on paths) kept at their fresh init; matching
-    #                                   checkpoint entries are dropped ("": load everything, shapes must match)
+    #                                   checkpoint entries are dropped ("": load everything, shapes must match);
+    #                                   a run checkpoint: those whose shape differs (another number of classes)
     c.init_posemb_resize = "zoom"     # posemb grid resampling: "zoom" (scipy, as vit_jax) | "bilinear" | "bicubic"
     c.init_posemb_grid = ""           # weights file: the checkpoint's patch grid "h,w" when not square ("": square)
     c.init_convert_classifier = False  # allow token ckpt -> gap model (drop cls) / gap -> token (zero cls)

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import sigterm_after_first_save, tiny_config, write_image_folder
 from vit_jax_struct.data import pipeline
 from vit_jax_struct.train import checkpoint, metrics, trainer
-from vit_jax_struct.train.sharding import tree_paths
+from vit_jax_struct.train.sharding import path_str, tree_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -163,6 +163,27 @@ def test_init_from_warm_starts_parameters_only(tmp_path):
         missing = tiny_config(total_steps=1, init_from=str(tmp_path / "nope"), **{"optim.warmup_steps": 0})
         trainer.train_and_evaluate(missing, str(tmp_path / "b2"))
     assert not (tmp_path / "b2").exists()
+
+
+def test_a_warm_start_onto_other_classes_reinitialises_the_head_and_says_so(tmp_path, caplog):
+    """A 10-class digits run fine-tuned on a 3-class image folder: every parameter but the head is the source's,
+    the head keeps its fresh init (`init_reinit`), and one `init:` line names what was re-initialised."""
+    src, _ = trainer.train_and_evaluate(tiny_config(total_steps=3), str(tmp_path / "src"))
+    root = write_image_folder(tmp_path / "data", size=8)
+    over = {"data.source": "folder", "data.root": root, "data.num_classes": 0, "optim.lr": 0.0,
+            "optim.warmup_steps": 0, "optim.schedule": "constant", "pp.train_crop": "none"}
+    fresh, _ = trainer.train_and_evaluate(tiny_config(total_steps=1, **over), str(tmp_path / "scratch"))
+    with caplog.at_level(logging.INFO):
+        warm, _ = trainer.train_and_evaluate(tiny_config(total_steps=1, init_from=str(tmp_path / "src"), **over),
+                                             str(tmp_path / "warm"))
+    flat = lambda t: {path_str(p): np.asarray(x) for p, x in jax.tree_util.tree_flatten_with_path(t)[0]}
+    s, w, f = flat(src["params"]), flat(warm["params"]), flat(fresh["params"])
+    assert w["head/kernel"].shape == (32, 3) and s["head/kernel"].shape == (32, 10)
+    np.testing.assert_array_equal(w["head/kernel"], f["head/kernel"])  # the same seed's fresh head (lr 0)
+    assert all(np.array_equal(w[k], s[k]) for k in w if not k.startswith("head/"))
+    line = [r.getMessage() for r in caplog.records if r.getMessage().startswith("init: loaded")]
+    assert line == [f"init: loaded {len(w) - 2} parameters from {tmp_path}/src/checkpoints step 3, re-initialised "
+                    "['head/bias', 'head/kernel'] (checkpoint shapes [(10,), (32, 10)], model [(3,), (32, 3)])"]
 
 
 def test_cli_unknown_config_key_fails_with_its_name(tmp_path):

@@ -10,6 +10,7 @@ written on one mesh restores onto any other (different device count included).
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import grain
@@ -449,7 +450,8 @@ def _place(tree, abstract):
     return jax.tree.map(put, tree, abstract)
 
 
-def load_params(path: str, abstract_params, init_params=None, npz_options: dict | None = None):
+def load_params(path: str, abstract_params, init_params=None, npz_options: dict | None = None,
+                reinit: str | None = None):
     """Loads only the parameters of a checkpoint (warm start, `config.init_from`), sharded like `abstract_params`.
 
     Args:
@@ -462,6 +464,9 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
       init_params: the freshly initialised parameters (weights files only: the values of re-initialised entries).
       npz_options: keyword arguments of `official.load`, at least `classifier`, or `{"layout": "bit", "reinit": …}`
         (weights files only; see `official_options`).
+      reinit: run checkpoints only: a regex of parameter paths (`config.init_reinit`, e.g. the head) that keep their
+        value from `init_params` when their shape differs from the checkpoint's (fine-tuning onto another number of
+        classes); every other difference is an error. One `init:` line logs what was loaded and re-initialised.
 
     Returns:
       `(params, step)`: step of the source checkpoint (0 for a weights file).
@@ -493,12 +498,41 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
     # A checkpoint of the other `model.scan` layout is read in its own layout, then converted.
     convert = vit.is_scanned(meta) != vit.is_scanned(abstract_params)
     target = _layout_target(abstract_params, vit.is_scanned(meta)) if convert else abstract_params
+    fresh = _reinit_paths(target, meta, reinit if init_params is not None else None)
+    if fresh:  # read at the checkpoint's shape (replicated), replaced by the fresh init below
+        mesh = jax.tree.leaves(abstract_params)[0].sharding.mesh
+        ckpt_shapes = _flat_shapes(meta)
+        target = jax.tree_util.tree_map_with_path(
+            lambda p, s: jax.ShapeDtypeStruct(ckpt_shapes[path_str(p)], s.dtype, sharding=NamedSharding(mesh, P()))
+            if path_str(p) in fresh else s, target)
     check_tree_match(target, meta, storage.join(directory, str(step)))
     # Restore the params subtree only; the optimizer state of the source run is not read.
     restore_args = jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding, global_shape=s.shape,
                                                                dtype=s.dtype), target)
     restored = _restore_params(directory, step, target, restore_args)
+    if fresh:
+        init_flat = {path_str(p): x for p, x in jax.tree_util.tree_flatten_with_path(init_params)[0]}
+        restored = jax.tree_util.tree_map_with_path(
+            lambda p, x: init_flat[path_str(p)] if path_str(p) in fresh else x, restored)
+    n = len(jax.tree.leaves(restored)) - len(fresh)
+    logging.info("init: loaded %d parameters from %s step %d, re-initialised %s", n, directory, step,
+                 f"{sorted(fresh)} (checkpoint shapes {[tuple(_flat_shapes(meta)[k]) for k in sorted(fresh)]}, "
+                 f"model {[tuple(_flat_shapes(abstract_params)[k]) for k in sorted(fresh)]})" if fresh else "none")
     return (_convert_to(restored, abstract_params) if convert else restored), step
+
+
+def _reinit_paths(target, meta, reinit: str | None) -> set[str]:
+    """Parameter paths whose shape differs between the model `target` and the checkpoint `meta` and that match
+    `reinit` (kept at their fresh init); empty unless every other path and shape agrees (then `check_tree_match`
+    reports the difference)."""
+    if not reinit:
+        return set()
+    a, b = _flat_shapes(target), _flat_shapes(meta)
+    differ = {k for k in set(a) & set(b) if a[k] != b[k]}
+    rx = re.compile(reinit)
+    if set(a) != set(b) or not differ or not all(rx.search(k) for k in differ):
+        return set()
+    return differ
 
 
 def _open_params(path: str, step: int | None = None, what: str = "config.init_from"):

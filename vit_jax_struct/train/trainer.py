@@ -561,7 +561,8 @@ def _initial_state(config, parts, account):
             try:
                 params, src_step = checkpoint.load_params(
                     config.init_from, parts["abstract_state"]["params"], state["params"],
-                    checkpoint.official_options(config, parts["model"]) if weights else None)
+                    checkpoint.official_options(config, parts["model"]) if weights else None,
+                    reinit=config.get("init_reinit"))
             except FileNotFoundError as e:  # every such message names the key the user set
                 if str(e).startswith("config.init_from"):
                     raise
