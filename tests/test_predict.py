@@ -99,3 +99,15 @@ def test_a_bad_image_and_a_workdir_without_checkpoint_are_one_line_and_write_not
         assert not [line for line in r.stderr.splitlines() if not line[:1] in "IWE" and "error:" not in line], \
             r.stderr[-2000:]
         assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith("p.csv")]
+
+
+def test_a_checkpoint_given_as_init_from_predicts_as_its_run_and_imagenet_has_its_class_names(trained):
+    cfg, tmp, src = trained
+    files = predict.find_images([str(tmp / "images" / "7")])
+    by_run = list(predict.predict(predict.load(str(tmp / "run")), files, top=2, batch=32))
+    c = cfg.copy_and_resolve_references()
+    c.init_from = str(tmp / "run")
+    by_file = list(predict.predict(predict.load(None, c), files, top=2, batch=32))
+    assert [t for _, t in by_run] == [t for _, t in by_file]
+    names = predict.imagenet_class_names()
+    assert len(names) == 1000 and names[0] == "tench" and names[1] == "goldfish" and names[999] == "toilet tissue"

@@ -39,6 +39,14 @@ from vit_jax_struct.train import checkpoint, sharding, trainer
 SHOWN = 5  # images whose predictions are printed
 
 
+def imagenet_class_names() -> list[str]:
+    """ImageNet-1k's 1,000 class names in label order (the sorted WordNet ids), each the first lemma of its synset
+    (`data/imagenet_class_names.tsv`: wnid, then the synset's lemmas)."""
+    path = os.path.join(os.path.dirname(sources.__file__), "imagenet_class_names.tsv")
+    with open(path) as f:
+        return [line.rstrip("\n").split("\t", 1)[1].split(",")[0] for line in f if line.strip()]
+
+
 def find_images(specs) -> list[str]:
     """The image files named by `specs` (files, folders searched recursively, globs), in order, each once.
 
@@ -147,8 +155,18 @@ def load(workdir: str | None, config=None) -> Predictor:
         return Predictor(config, parts["model"], trainer.model_variables(state), parts["eval_pp"],
                          names or [str(i) for i in range(num_classes)], f"{workdir} step {step}")
     if config is not None and config.get("init_from"):
-        config, parts, variables, _ = analysis_run.load_checkpoint_file(config)
-        names = parts.get("class_names") or [str(i) for i in range(parts["num_classes"])]
+        config = _one_device(config)
+        num_classes = int(config.data.get("num_classes") or 0)
+        if not num_classes:
+            raise ValueError("--mode=predict with --config.init_from needs config.data.num_classes (the classes of "
+                             "the checkpoint's head, e.g. 1000 for an ImageNet-1k fine-tuned file)")
+        mesh = sharding.create_mesh(config.mesh, jax.devices()[:1])
+        parts = trainer.build_model(config, num_classes, config.total_steps, mesh)
+        # No data is read: the published head's classes are the checkpoint's (`init_reinit=""` keeps the head).
+        with config.unlocked():
+            config.init_reinit = ""
+        config, parts, variables, _ = analysis_run.load_checkpoint_file(config, parts)
+        names = imagenet_class_names() if num_classes == 1000 else [str(i) for i in range(num_classes)]
         return Predictor(config, parts["model"], variables, parts["eval_pp"], names, str(config.init_from))
     where = storage.join(workdir, "checkpoints") if workdir else "(no --workdir)"
     raise FileNotFoundError(f"no checkpoint in {where}: give --workdir=RUN of a trained run, or --config=FILE.py "

@@ -90,20 +90,22 @@ def _analysis_config(config):
     return config
 
 
-def load_checkpoint_file(config):
+def load_checkpoint_file(config, parts=None):
     """`(config, parts, variables, 0)` for `config.init_from`: a published `.npz` (ViT layouts of
     `models/official.py`, BiT of `models/bit.py`; local path or URL, read through `etils.epath`) or another run's
     checkpoint folder, loaded into the model `config.model` builds — no training run, no workdir checkpoint.
 
     Parameters matching `config.init_reinit` (default: the head, whose size the published files fix at 21,843 or
     1,000 classes) keep a fresh init; only those are initialised (the rest of the init is dead code under jit).
+    `parts`: the model half of the run (`trainer.build_model`, on one device) when no data is to be read; default
+    `trainer.build(config)` (the config's data too).
 
     Raises:
       FileNotFoundError: the file cannot be read.
       ValueError: the file does not match the model (every unused, missing and mis-shaped key listed).
     """
     config = _analysis_config(config)
-    parts = trainer.build(config)
+    parts = trainer.build(config) if parts is None else parts
     model, abstract = parts["model"], parts["abstract_state"]["params"]
     path = str(config.init_from)
     npz = official.is_weights_file(path)
