@@ -139,23 +139,16 @@ def hold_back_library_errors(hold: bool) -> None:
     absl_logging.get_absl_handler().addFilter(HoldBackLibraryErrors())
     if not hold:
         return
-    thread_hook, unraisable_hook = threading.excepthook, sys.unraisablehook
+    def counting(hook):  # a hook that counts a library's exception and hands any other to `hook`
+        def on_error(args):
+            text = _hook_text(args.exc_type, args.exc_value, args.exc_traceback)
+            if text is None:
+                hook(args)
+            else:
+                LIBRARY_ERRORS.add(text)
+        return on_error
 
-    def on_thread_error(args):
-        text = _hook_text(args.exc_type, args.exc_value, args.exc_traceback)
-        if text is None:
-            thread_hook(args)
-        else:
-            LIBRARY_ERRORS.add(text)
-
-    def on_unraisable(args):
-        text = _hook_text(args.exc_type, args.exc_value, args.exc_traceback)
-        if text is None:
-            unraisable_hook(args)
-        else:
-            LIBRARY_ERRORS.add(text)
-
-    threading.excepthook, sys.unraisablehook = on_thread_error, on_unraisable
+    threading.excepthook, sys.unraisablehook = counting(threading.excepthook), counting(sys.unraisablehook)
 
 
 class RunLog(logging_std.Handler):
