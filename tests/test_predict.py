@@ -111,3 +111,27 @@ def test_a_checkpoint_given_as_init_from_predicts_as_its_run_and_imagenet_has_it
     assert [t for _, t in by_run] == [t for _, t in by_file]
     names = predict.imagenet_class_names()
     assert len(names) == 1000 and names[0] == "tench" and names[1] == "goldfish" and names[999] == "toilet tissue"
+
+
+def test_a_published_npz_predicts_timms_probabilities_on_the_fixture_images():
+    """The random tiny ViT of tests/fixtures (vit_jax .npz layout) and the logits timm computed from it: predict's
+    probabilities are their softmax, in timm's order (the same preprocessing: 64 px, no crop, (-1, 1))."""
+    fixtures = os.path.join(ROOT, "tests", "fixtures")
+    with open(os.path.join(fixtures, "reference_logits.json")) as f:
+        ref = json.load(f)
+    v = ref["vit"]
+    cfg = tiny_config(**{"model.variant": f"mu/{v['patch']}", "model.width": v["width"], "model.depth": v["depth"],
+                         "model.num_heads": v["heads"], "model.mlp_dim": v["mlp"], "data.image_size": 64,
+                         "data.num_classes": v["classes"], "pp.eval_crop_fraction": 1.0,
+                         "init_from": os.path.join(fixtures, v["file"])})
+    files = [os.path.join(fixtures, p) for p in ref["images"]]
+    rows = list(predict.predict(predict.load(None, cfg), files, top=10, batch=4))
+    logits = np.asarray(v["logits"])
+    want = np.exp(logits - logits.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    for (path, top), p in zip(rows, want, strict=True):
+        got = np.zeros(10)
+        for k, prob in top:
+            got[k] = prob
+        np.testing.assert_allclose(got, p, atol=1e-4)
+        assert top[0][0] == int(p.argmax())
