@@ -192,11 +192,40 @@ def core_slots(jobs: int, cores=None) -> list[set[int]] | None:
     return out
 
 
-def run_one(name: str, workdir: str, cmd: list, cores: set[int] | None = None) -> int:
+def gpu_count() -> int:
+    """NVIDIA GPUs this process may use (`nvidia-smi -L`, narrowed by `CUDA_VISIBLE_DEVICES`); 0 without any."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    n = sum(line.startswith("GPU ") for line in out.splitlines())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        n = min(n, len([v for v in visible.split(",") if v.strip()]))
+    return n
+
+
+def slot_envs(jobs: int, gpus: int, memory: float = 0.9) -> list[dict]:
+    """The environment of each of `jobs` concurrent runs: on `gpus` GPUs, slot j runs on GPU j mod `gpus`
+    (`CUDA_VISIBLE_DEVICES`) and takes its share of that GPU's memory, `memory` / (runs on the GPU)
+    (`XLA_PYTHON_CLIENT_MEM_FRACTION`: JAX preallocates that fraction, so N processes fit side by side); with no GPU
+    (or one run at a time) nothing is set.
+
+    Small models leave most of an accelerator idle: several runs on one GPU train more images per second in all."""
+    if not gpus or jobs < 2:
+        return [{} for _ in range(jobs)]
+    per_gpu = [sum(1 for j in range(jobs) if j % gpus == g) for g in range(gpus)]
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()] or \
+        [str(g) for g in range(gpus)]
+    return [{"CUDA_VISIBLE_DEVICES": visible[j % gpus],
+             "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{memory / per_gpu[j % gpus]:.3f}"} for j in range(jobs)]
+
+
+def run_one(name: str, workdir: str, cmd: list, cores: set[int] | None = None, env: dict | None = None) -> int:
     """Runs one sweep run to completion (skipped when its `final_metrics.json` exists; an interrupted run resumes),
     its console output (stdout and stderr: tracebacks, native crashes) appended to `workdir/console.txt` — the run
     writes its own `workdir/log.txt`; returns its exit status. `cores`: the CPU cores the run may use (its
-    affinity; None: all of this process's)."""
+    affinity; None: all of this process's); `env`: variables added to its environment (`slot_envs`)."""
     if storage.exists(storage.join(workdir, "final_metrics.json")):
         print(f"[sweep] {name}: done, skipped", flush=True)
         return 0
@@ -205,10 +234,12 @@ def run_one(name: str, workdir: str, cmd: list, cores: set[int] | None = None) -
     log_path = os.path.join(HERE, "runs", "sweep_logs", f"{name}.txt") if storage.is_url(workdir) else \
         os.path.join(workdir, "console.txt")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    where = f" on cores {sorted(cores)}" if cores else ""
+    where = (f" on cores {sorted(cores)}" if cores else "") + \
+        (f" on GPU {env['CUDA_VISIBLE_DEVICES']} ({env['XLA_PYTHON_CLIENT_MEM_FRACTION']} of its memory)"
+         if env and "CUDA_VISIBLE_DEVICES" in env else "")
     print(f"[sweep] {name}: running{where} ({shlex.join(cmd)}), log {log_path}", flush=True)
     with open(log_path, "a") as log:
-        rc = subprocess.call(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT,
+        rc = subprocess.call(cmd, cwd=HERE, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                              preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
     print(f"[sweep] {name}: exit {rc}" + (" (pre-empted: rerun the sweep to resume it)" if rc == 143 else ""),
           flush=True)
@@ -223,8 +254,11 @@ def main(argv=None):
     ap.add_argument("--only", action="append", default=[],
                     help="only runs whose name contains this (repeatable: runs matching any of them)")
     ap.add_argument("--jobs", type=int, default=1,
-                    help="with --run: how many runs at a time (in the sweep's order; each one a process). For CPU "
-                         "hosts: on a GPU/TPU host every run takes all accelerators, so keep 1 there")
+                    help="with --run: how many runs at a time (in the sweep's order; each one a process). On a CPU "
+                         "host each gets its share of the cores (--pin); on a GPU host each its share of a GPU's "
+                         "memory, the runs spread over the GPUs (slot_envs). A TPU host: keep 1")
+    ap.add_argument("--gpus", type=int, default=-1,
+                    help="GPUs to spread --jobs over (-1: those nvidia-smi lists; 0: none, CPU runs)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                     help="with --jobs=N > 1: each run on its own 1/N of the CPU cores (default; --no-pin: every run "
                          "on all cores)")
@@ -259,20 +293,21 @@ def main(argv=None):
         print(f"error: {problem}", file=sys.stderr)
         return 2
     slots = queue.Queue()
-    for cores in (core_slots(args.jobs) if args.pin else None) or [None] * args.jobs:
-        slots.put(cores)
+    envs = slot_envs(args.jobs, gpu_count() if args.gpus < 0 else args.gpus)
+    for cores, env in zip((core_slots(args.jobs) if args.pin else None) or [None] * args.jobs, envs, strict=True):
+        slots.put((cores, env))
     stop = threading.Event()  # set by a run that exits 2: a usage or config error, the same for every run
 
     def run_in_slot(c):
         if stop.is_set():
             return None
-        cores = slots.get()  # a free share of the cores (the run that held it has finished)
+        slot = slots.get()  # a free share of the cores / GPU (the run that held it has finished)
         try:
             if stop.is_set():
                 return None
-            rc = run_one(*c, cores=cores)
+            rc = run_one(*c, cores=slot[0], env=slot[1])
         finally:
-            slots.put(cores)
+            slots.put(slot)
         if rc:
             line = error_line(c[1]) if not storage.is_url(c[1]) else None
             print(f"[sweep] {c[0]}: {line or f'exit {rc}, see its console.txt'}", file=sys.stderr, flush=True)

@@ -84,3 +84,17 @@ def test_a_run_exiting_2_stops_the_sweep_with_its_error_line_and_one_exiting_1_d
     assert err[0].startswith("[sweep] nan: error: FloatingPointError: the train loss became NaN or inf"), err
     assert err[-1] == "[sweep] failed runs: ['nan']"
     assert (tmp_path / "b" / "ok" / "final_metrics.json").exists()  # the sweep went on
+
+
+def test_concurrent_runs_on_gpus_get_a_gpu_each_round_robin_and_their_share_of_its_memory(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert sweep.slot_envs(3, 0) == [{}, {}, {}]  # CPU: nothing set (cores are pinned instead)
+    assert sweep.slot_envs(1, 1) == [{}]  # one run: the whole GPU
+    one = sweep.slot_envs(4, 1)
+    assert one == [{"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.225"}] * 4
+    two = sweep.slot_envs(3, 2)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in two] == ["0", "1", "0"]
+    assert [e["XLA_PYTHON_CLIENT_MEM_FRACTION"] for e in two] == ["0.450", "0.900", "0.450"]
+    cmd = [sys.executable, "-c", "import os; print(os.environ['XLA_PYTHON_CLIENT_MEM_FRACTION'])"]
+    assert sweep.run_one("probe", str(tmp_path / "probe"), cmd, env=one[0]) == 0
+    assert (tmp_path / "probe" / "console.txt").read_text().strip() == "0.225"
