@@ -220,9 +220,9 @@ class Checkpointer:
                                             "completed"))
 
     def _failed(self, step: int | None, e: BaseException):
-        """Raises the `CheckpointError` for a failed save of `step` (None: not known) after moving the folder it left
-        (`<step>.orbax-checkpoint-tmp`, or an uncommitted `<step>`) to `checkpoints.broken/` (a rename on a local
-        disk: no space needed); a move that fails is logged, not raised."""
+        """Raises the `CheckpointError` for a failed save of `step` (None: not known) after moving the temporary
+        folder it left (`<step>.orbax-checkpoint-tmp`, local disks only) to `checkpoints.broken/` (a rename: no space
+        needed); a move that fails is logged, not raised."""
         self._pending = None
         what = f"checkpoint step {step} ({self.step_dir(step)})" if step is not None else \
             f"a checkpoint in {self.directory}"
@@ -515,9 +515,12 @@ def load_params(path: str, abstract_params, init_params=None, npz_options: dict 
         restored = jax.tree_util.tree_map_with_path(
             lambda p, x: init_flat[path_str(p)] if path_str(p) in fresh else x, restored)
     n = len(jax.tree.leaves(restored)) - len(fresh)
+    if fresh:
+        ckpt_shapes, model_shapes = _flat_shapes(meta), _flat_shapes(abstract_params)
+        what = (f"{sorted(fresh)} (checkpoint shapes {[tuple(ckpt_shapes[k]) for k in sorted(fresh)]}, "
+                f"model {[tuple(model_shapes[k]) for k in sorted(fresh)]})")
     logging.info("init: loaded %d parameters from %s step %d, re-initialised %s", n, directory, step,
-                 f"{sorted(fresh)} (checkpoint shapes {[tuple(_flat_shapes(meta)[k]) for k in sorted(fresh)]}, "
-                 f"model {[tuple(_flat_shapes(abstract_params)[k]) for k in sorted(fresh)]})" if fresh else "none")
+                 what if fresh else "none")
     return (_convert_to(restored, abstract_params) if convert else restored), step
 
 
