@@ -54,6 +54,9 @@ class Emulator:
         while True:
             try:
                 urllib.request.urlopen(self.url + "/storage/v1/b", timeout=2).read()
+                time.sleep(0.2)  # a server that lost the port to another process answers nothing itself: it exits
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"fake-gcs-server exited at start ({self.log}); port {self.port} is taken")
                 return self
             except OSError:
                 if self.process.poll() is not None or time.time() > deadline:

@@ -149,7 +149,8 @@ def test_a_disk_that_fills_during_a_background_save_is_one_error_line_naming_tha
             f"error: CheckpointError: saving checkpoint step 60 ({wd}/checkpoints/60) failed: No space left on device; "
             f"its partial folder was moved to {wd}/checkpoints.broken/60-"), error
         assert "the last complete checkpoint is step 30: rerun the same command" in error[0]
-        assert max(_train_steps(wd)) <= 61 and os.listdir(wd / "checkpoints") == ["30"]
+        assert max(_train_steps(wd)) <= 61 and os.listdir(wd / "checkpoints") == ["30"], \
+            (sorted(os.walk(wd / "checkpoints")), r.stderr[-3000:])
         subprocess.run(["mount", "-o", "remount,size=64m", str(mnt)], check=True)  # space is back
         r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
         assert r.returncode == 0, r.stderr[-3000:]

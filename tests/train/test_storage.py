@@ -163,7 +163,9 @@ def test_store_going_away_stops_the_run_and_the_same_command_resumes(tmp_path):
         deadline = time.time() + 240
         while not os.path.exists(marker) and p.poll() is None and time.time() < deadline:
             time.sleep(0.05)
-        assert os.path.exists(marker), "no checkpoint reached the bucket"
+        if not os.path.exists(marker):
+            early = p.communicate(timeout=60)[0] if p.poll() is not None else "(still running)"
+            raise AssertionError(f"no checkpoint reached the bucket; exit {p.poll()}:\n{early[-3000:]}")
         emu.stop()  # the store goes away mid-run
         t0 = time.time()
         out, _ = p.communicate(timeout=300)

@@ -178,6 +178,7 @@ class Checkpointer:
                 async_options=ocp.AsyncOptions(timeout_secs=int(timeout_s), create_directories_asynchronously=False)))
         self._async = bool(async_save)
         self._pending: int | None = None  # the step whose background save is in flight
+        self._failed_steps: set[int] = set()  # steps whose save failed: their partial folders are moved aside
 
     def latest_step(self) -> int | None:
         """Step of the newest complete checkpoint, or None."""
@@ -224,6 +225,8 @@ class Checkpointer:
         folder it left (`<step>.orbax-checkpoint-tmp`, local disks only) to `checkpoints.broken/` (a rename: no space
         needed); a move that fails is logged, not raised."""
         self._pending = None
+        if step is not None:
+            self._failed_steps.add(step)
         what = f"checkpoint step {step} ({self.step_dir(step)})" if step is not None else \
             f"a checkpoint in {self.directory}"
         moved = self._move_partial(step) if step is not None else None
@@ -233,7 +236,7 @@ class Checkpointer:
         raise CheckpointError(f"saving {what} failed: {storage_cause(e)}; "
                               + (f"its partial folder was moved to {moved}; " if moved else "") + resume) from e
 
-    def _move_partial(self, step: int) -> str | None:
+    def _move_partial(self, step: int, wait: bool = True) -> str | None:
         """Moves `<step>.orbax-checkpoint-tmp` of a local checkpoint folder to `checkpoints.broken/<step>-<time>`.
 
         A bucket is left alone: the store that failed the save would fail (and retry) the copy too, and Orbax writes
@@ -241,6 +244,11 @@ class Checkpointer:
         src = self.step_dir(step) + _TMP_SUFFIX
         if jax.process_index() != 0 or storage.is_url(self.directory):
             return None
+        try:  # An error can surface while other writers of the save still run: let them end first, or one of
+            if wait:  # them recreates the folder after the move (seen on a loaded CPU).
+                self.manager.wait_until_finished()
+        except Exception:  # the same failure, already being reported
+            pass
         try:
             if not storage.exists(src):
                 return None
@@ -250,6 +258,12 @@ class Checkpointer:
         except Exception as e:  # the error of the save still stands
             logging.warning("could not move the partial checkpoint %s aside: %s", src, short_error(e))
             return None
+
+    def _sweep_failed(self) -> None:
+        """Moves aside a partial folder of a failed step that a writer still running at the first move recreated
+        (an error can surface before every writer of the save has ended; seen on a loaded CPU)."""
+        for step in sorted(self._failed_steps):
+            self._move_partial(step, wait=False)
 
     def _latest_complete(self, exclude: int | None) -> int | None:
         """The newest step the manager finished, other than `exclude` (from memory: the store may be gone)."""
@@ -405,7 +419,9 @@ class Checkpointer:
                 self.manager.close()
             except Exception as e:  # the same failure again: the first report is the one to keep
                 logging.debug("closing the checkpoint manager after a failed save: %s", short_error(e))
+            self._sweep_failed()
             raise
+        self._sweep_failed()
         try:
             self.manager.close()
         except Exception as e:
