@@ -37,12 +37,24 @@ class Emulator:
 
     def __init__(self, root: str | None = None, port: int | None = None):
         self.root = root or tempfile.mkdtemp(prefix="fake-gcs-")
+        self._own_port = port is None  # a port of our choosing may be taken between choosing and binding: retried
         self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = os.path.join(self.root, "server.log")
         self.process = None
 
     def start(self) -> Emulator:
+        for attempt in range(3):
+            try:
+                return self._start()
+            except RuntimeError:
+                if not self._own_port or attempt == 2:
+                    raise
+                self.port = _free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+        raise AssertionError("unreachable")
+
+    def _start(self) -> Emulator:
         data = os.path.join(self.root, "data")
         os.makedirs(data, exist_ok=True)
         with open(self.log, "a") as log:

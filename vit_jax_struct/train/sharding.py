@@ -160,6 +160,18 @@ def check_batch_size(global_batch: int, mesh, what: str = "config.batch_size") -
     return global_batch // jax.process_count()
 
 
+def one_program_in_flight(mesh) -> bool:
+    """True on a mesh of several CPU devices (a simulated mesh, `--xla_force_host_platform_device_count`): there the
+    loops wait for each sharded program before dispatching the next.
+
+    XLA runs every CPU device's program on one shared thread pool, and a collective holds a pool thread until all
+    devices have joined it. With programs queued ahead, the devices that finished program t block threads in program
+    t+1's all-reduce while a device still in program t waits for a thread, and XLA aborts after 40 s ("Expected 8
+    threads to join the rendezvous, but only 7 of them arrived"; seen with the in-memory input, whose host side runs
+    far ahead, on a loaded 2-core machine). Accelerators keep the asynchronous dispatch."""
+    return mesh.devices.size > 1 and mesh.devices.flat[0].platform == "cpu"
+
+
 def global_batch(local_batch: dict, mesh):
     """Host-local numpy batch -> global `jax.Array`s sharded over all mesh axes on the batch dimension."""
     sh = NamedSharding(mesh, BATCH_SPEC)

@@ -346,9 +346,11 @@ def evaluate(eval_step, variables, parts, mesh) -> dict:
         parts["eval_batches"] = pipeline.CachedEvalBatches(parts["eval_source"], parts["eval_pp"],
                                                            parts["eval_per_host_batch"], jax.process_index(),
                                                            jax.process_count())
-    total = None
+    total, wait = None, sharding.one_program_in_flight(mesh)
     for batch in parts["eval_batches"]:
         out = eval_step(variables, sharding.global_batch(batch, mesh))
+        if wait:
+            jax.block_until_ready(out)
         total = out if total is None else jax.tree.map(jnp.add, total, out)
     total = jax.device_get(total)
     return {"eval/accuracy": total["correct"] / total["count"], "eval/loss": total["loss"] / total["count"]}
@@ -651,6 +653,7 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account, init
             jax.block_until_ready(m)
 
     curves_drawn = [time.time()]
+    one_step_in_flight = sharding.one_program_in_flight(mesh)  # a simulated CPU mesh: no steps queued ahead
 
     def save(step):
         check_finite(step)  # Never write a checkpoint of NaN parameters.
@@ -687,6 +690,8 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account, init
                                  CACHE_EVENTS["/jax/compilation_cache/cache_misses"])
                 else:
                     state, m = train_step(state, batch)
+            if one_step_in_flight:
+                jax.block_until_ready(m["nonfinite"])
             nonfinite = nonfinite + m["nonfinite"]
             step += 1
             profiler.after_step(step, m, account)
