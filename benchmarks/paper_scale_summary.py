@@ -7,7 +7,7 @@ Per run (a sub-folder of RUNS_DIR with a `config.json`): attention and seed (fro
 data waits, `trainer`'s definition), the last eval accuracy and its step, the time a full run would take at that rate
 (`total_steps · batch / img/s`, compile and eval not counted), whether it finished (`final_metrics.json`), its goodput
 and wall time when it did. Then, per attention, the mean and s.d. of the last eval accuracy over the runs that
-finished. `--out`: writes `runs.jsonl` and `runs.md` there; the table is printed either way.
+finished. `--out`: writes `runs.jsonl` and `runs.md` there (`--prefix`: other names); the table is printed either way.
 """
 
 from __future__ import annotations
@@ -75,14 +75,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs_dir")
     p.add_argument("--out", default="")
+    p.add_argument("--prefix", default="runs", help="the files' name: PREFIX.jsonl and PREFIX.md in --out")
     a = p.parse_args(argv)
     rows, table = summarise(a.runs_dir)
     print(table)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "runs.jsonl"), "w") as f:
+        with open(os.path.join(a.out, f"{a.prefix}.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
-        with open(os.path.join(a.out, "runs.md"), "w") as f:
+        with open(os.path.join(a.out, f"{a.prefix}.md"), "w") as f:
             f.write(table)
 
 

@@ -25,12 +25,14 @@ import argparse
 import concurrent.futures
 import importlib.util
 import itertools
+import json
 import os
 import queue
 import shlex
 import subprocess
 import sys
 import threading
+import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if HERE not in sys.path:
@@ -221,6 +223,31 @@ def slot_envs(jobs: int, gpus: int, memory: float = 0.9) -> list[dict]:
              "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{memory / per_gpu[j % gpus]:.3f}"} for j in range(jobs)]
 
 
+def throughput_line(workdirs: list[str], started: float, ended: float, jobs: int) -> str | None:
+    """`[sweep] aggregate: …` — the images trained by the runs of `workdirs` that finished in this invocation (their
+    `final_metrics.json` written after `started`: step × batch), divided by the sweep's wall time, with each run's
+    own `train/images_per_sec`; None when no run finished here. Compares `--jobs` settings on one machine."""
+    images, rates = 0, []
+    for wd in workdirs:
+        try:
+            if storage.is_url(wd) or os.path.getmtime(os.path.join(wd, "final_metrics.json")) < started:
+                continue
+            with open(os.path.join(wd, "final_metrics.json")) as f:
+                final = json.load(f)
+            with open(os.path.join(wd, "config.json")) as f:
+                batch = json.load(f)["batch_size"]
+        except (OSError, ValueError, KeyError):
+            continue
+        images += final["step"] * batch  # a resumed run counts its earlier steps too: approximate then
+        rates.append(final.get("train/images_per_sec") or 0.0)
+    if not rates:
+        return None
+    wall = max(ended - started, 1e-9)
+    return (f"[sweep] aggregate: {len(rates)} run(s) finished here, {images:,} training images in {wall:,.0f} s = "
+            f"{images / wall:,.0f} img/s with --jobs={jobs} (each run's own train rate: "
+            f"{min(rates):,.0f}–{max(rates):,.0f} img/s)")
+
+
 def run_one(name: str, workdir: str, cmd: list, cores: set[int] | None = None, env: dict | None = None) -> int:
     """Runs one sweep run to completion (skipped when its `final_metrics.json` exists; an interrupted run resumes),
     its console output (stdout and stderr: tracebacks, native crashes) appended to `workdir/console.txt` — the run
@@ -259,6 +286,9 @@ def main(argv=None):
                          "memory, the runs spread over the GPUs (slot_envs). A TPU host: keep 1")
     ap.add_argument("--gpus", type=int, default=-1,
                     help="GPUs to spread --jobs over (-1: those nvidia-smi lists; 0: none, CPU runs)")
+    ap.add_argument("--gpu_memory", type=float, default=0.9,
+                    help="on GPUs: the fraction of each GPU's memory this sweep's runs share (default 0.9; two "
+                         "sweeps side by side on one GPU: 0.45 each)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                     help="with --jobs=N > 1: each run on its own 1/N of the CPU cores (default; --no-pin: every run "
                          "on all cores)")
@@ -284,6 +314,8 @@ def main(argv=None):
         return 0
     if args.jobs < 1:
         ap.error(f"--jobs {args.jobs} must be ≥ 1")
+    if not 0 < args.gpu_memory <= 1:
+        ap.error(f"--gpu_memory {args.gpu_memory} must be in (0, 1]")
     if not args.run:
         for _, _, cmd in cmds:
             print(shlex.join(cmd))
@@ -293,7 +325,7 @@ def main(argv=None):
         print(f"error: {problem}", file=sys.stderr)
         return 2
     slots = queue.Queue()
-    envs = slot_envs(args.jobs, gpu_count() if args.gpus < 0 else args.gpus)
+    envs = slot_envs(args.jobs, gpu_count() if args.gpus < 0 else args.gpus, args.gpu_memory)
     for cores, env in zip((core_slots(args.jobs) if args.pin else None) or [None] * args.jobs, envs, strict=True):
         slots.put((cores, env))
     stop = threading.Event()  # set by a run that exits 2: a usage or config error, the same for every run
@@ -315,8 +347,13 @@ def main(argv=None):
                 stop.set()
         return rc
 
+    started = time.time()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         rcs = list(pool.map(run_in_slot, cmds))
+    line = throughput_line([c[1] for c, rc in zip(cmds, rcs, strict=True) if rc is not None], started,
+                           time.time(), args.jobs)
+    if line:
+        print(line, flush=True)
     failed = [name for (name, _, _), rc in zip(cmds, rcs, strict=True) if rc]
     skipped = sum(rc is None for rc in rcs)
     if stop.is_set():

@@ -201,3 +201,35 @@ def test_gpu_paper_scale_script_smoke_runs_on_cpu(tmp_path):
     assert all(r["finished"] and r["steps"] == r["total_steps"] == 4 and 0 <= r["eval_accuracy"] <= 1
                for r in runs.values())
     assert "positional: 1 finished run(s)" in (out / "runs.md").read_text()
+
+
+def test_gpu_regime_script_smoke_runs_both_sweeps_on_cpu(tmp_path):
+    """`benchmarks/gpu_regime.sh OUT --smoke`: both regime sweeps side by side at toy size (synthetic CIFAR-shaped
+    folders, two arms each, 1 seed), their per-run lines, the report over both roots and the runs' archive."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device, as on a user's machine
+    out, env = tmp_path / "out", {**env, "RUNS": str(tmp_path / "runs"), "PYTHON": sys.executable}
+    bad = subprocess.run(["bash", "benchmarks/gpu_regime.sh", str(out), "--bogus"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "'--bogus' is not --smoke" in bad.stderr
+    p = subprocess.run(["bash", "benchmarks/gpu_regime.sh", str(out), "--smoke"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert sorted(os.listdir(out)) == ["aggregate.txt", "env.txt", "log.txt", "report", "runs",
+                                       "runs_cifar100_permuted.jsonl", "runs_cifar100_permuted.md",
+                                       "runs_cifar10_grid8.jsonl", "runs_cifar10_grid8.md"]
+    rows = {sweep: {r["run"]: r for r in map(json.loads, open(out / f"runs_{sweep}.jsonl"))}
+            for sweep in ("cifar10_grid8", "cifar100_permuted")}
+    assert sorted(rows["cifar10_grid8"]) == ["full,seed=0", "positional,seed=0"]
+    assert sorted(rows["cifar100_permuted"]) == ["cnn_resnet18w4_original,seed=0", "vit_original,seed=0"]
+    for r in [*rows["cifar10_grid8"].values(), *rows["cifar100_permuted"].values()]:
+        assert r["finished"] and r["steps"] == r["total_steps"] and r["images_per_sec"] > 0 and r["wall_s"] > 0
+    assert rows["cifar100_permuted"]["cnn_resnet18w4_original,seed=0"]["total_steps"] == 2  # cnn_steps=2
+    # The ViT arms went before the CNN arms, and each sweep printed its aggregate rate.
+    log = (out / "log.txt").read_text()
+    assert log.index("vit_original,seed=0: running") < log.index("cnn_resnet18w4_original,seed=0: running")
+    assert len((out / "aggregate.txt").read_text().splitlines()) == 3  # grid-8, then the two CIFAR-100 passes
+    # The report read both roots from the archive (small files only) and judged none of these 4-step runs.
+    archived = sorted(os.listdir(out / "runs" / "cifar10_grid8" / "full,seed=0"))
+    assert "config.json" in archived and "metrics.jsonl" in archived and "checkpoints" not in archived
+    csv_rows = (out / "report" / "runs.csv").read_text().splitlines()[1:]
+    assert len(csv_rows) == 4 and all(",True,," in row for row in csv_rows)  # all four are smoke runs

@@ -98,3 +98,45 @@ def test_concurrent_runs_on_gpus_get_a_gpu_each_round_robin_and_their_share_of_i
     cmd = [sys.executable, "-c", "import os; print(os.environ['XLA_PYTHON_CLIENT_MEM_FRACTION'])"]
     assert sweep.run_one("probe", str(tmp_path / "probe"), cmd, env=one[0]) == 0
     assert (tmp_path / "probe" / "console.txt").read_text().strip() == "0.225"
+
+
+def test_the_aggregate_line_counts_the_images_of_the_runs_finished_in_this_invocation(tmp_path):
+    import json
+    import time
+
+    started = time.time()
+    runs = []
+    for name, step, batch, rate in (("a", 100, 128, 400.0), ("b", 50, 64, 250.0)):
+        wd = tmp_path / name
+        wd.mkdir()
+        (wd / "config.json").write_text(json.dumps({"batch_size": batch}))
+        (wd / "final_metrics.json").write_text(json.dumps({"step": step, "train/images_per_sec": rate}))
+        runs.append(str(wd))
+    old = tmp_path / "old"  # finished before this invocation: skipped, not counted
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"batch_size": 128}))
+    (old / "final_metrics.json").write_text(json.dumps({"step": 999, "train/images_per_sec": 1.0}))
+    os.utime(old / "final_metrics.json", (started - 60, started - 60))
+    line = sweep.throughput_line([*runs, str(old), str(tmp_path / "missing")], started, started + 20.0, jobs=2)
+    # 100·128 + 50·64 = 16,000 images in 20 s
+    assert line == ("[sweep] aggregate: 2 run(s) finished here, 16,000 training images in 20 s = 800 img/s with "
+                    "--jobs=2 (each run's own train rate: 250–400 img/s)")
+    assert sweep.throughput_line([str(old)], started, started + 20.0, jobs=1) is None
+
+
+def test_two_sweeps_share_one_gpu_by_their_memory_fraction():
+    assert sweep.slot_envs(2, gpus=1, memory=0.45) == [
+        {"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.225"},
+        {"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.225"}]
+
+
+def test_the_regime_setting_sets_the_budgets_and_explicit_arguments_win():
+    grid8 = sweep.load_sweep("configs/sweeps/cifar10_grid8.py:regime")
+    assert grid8["config"] == "configs/cifar10_vit.py:steps=8000,fewshot" and len(grid8["runs"]) == 15
+    assert sweep.load_sweep("configs/sweeps/cifar10_grid8.py")["config"] == "configs/cifar10_vit.py:steps=2000,fewshot"
+    c100 = sweep.load_sweep("configs/sweeps/cifar100_permuted.py:regime,seeds=1,cnn_steps=2")
+    configs = {r["name"]: r.get("config") for r in c100["runs"]}
+    assert configs["vit_original,seed=0"] == "configs/cifar10_vit.py:steps=8000"
+    assert configs["cnn_resnet18w32_original,seed=0"] == "configs/cifar10_vit.py:model=resnet18,steps=2"
+    assert c100["overrides"]["data.in_memory"] is True
+    assert "data.in_memory" not in sweep.load_sweep("configs/sweeps/cifar100_permuted.py")["overrides"]

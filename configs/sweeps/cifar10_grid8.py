@@ -34,17 +34,22 @@ Arms (the CLS, standard-attention, full-data arm is every comparison's baseline)
 - `positional`: positional attention in every block, as Jelassi et al. §6 (J1).
 Every run evaluates the few-shot probes (1/5/10/25-shot ridge on the pre-logits; R6 reads 10-shot on the digits, a
 task the models never saw) and holds the data in memory (`data.in_memory`: the same batches as the files, faster).
-Arguments: `steps=N`, `width=N`, `depth=N`, `heads=N`, `mlp=N`, `seeds=N`, `root=PATH` (default data/cifar10, written by `python -m vit_jax_struct.data.prepare --cifar=…`).
+Arguments: `regime` (the trained-model setting, `REGIME`), `steps=N`, `width=N`, `depth=N`, `heads=N`, `mlp=N`, `seeds=N`, `root=PATH` (default data/cifar10, written by `python -m vit_jax_struct.data.prepare --cifar=…`).
 """
 
 from configs import common
 
 MAX_SEEDS = 3  # the fixed maximum number of seeds per arm, stated before the runs (docs/experiments.md)
+# The trained-model setting (`regime`): the same model and arms, 8,000 steps (20.5 epochs) instead of 2,000; sized
+# by the regime pilot (docs/results/commands.txt, "regime pilot"). Runs of it go to their own root.
+REGIME = {"steps": 8000}
 
 
 def get_sweep(arg=None):
-    a = common.parse_arg(arg, steps=2000, width=64, depth=6, heads=4, mlp=128, seeds=MAX_SEEDS,
-                         root="data/cifar10")
+    defaults = dict(steps=2000, width=64, depth=6, heads=4, mlp=128, seeds=MAX_SEEDS, root="data/cifar10")
+    a = common.parse_arg(arg, **defaults, regime=False)
+    if a.regime:  # the setting's values, under the arguments given explicitly
+        a = common.parse_arg(arg, **{**defaults, **REGIME}, regime=False)
     if not 1 <= a.seeds <= MAX_SEEDS:
         raise ValueError(f"sweep argument seeds={a.seeds} must be 1 … {MAX_SEEDS} (the maximum fixed in advance)")
     vit = f"configs/cifar10_vit.py:steps={a.steps},fewshot"
