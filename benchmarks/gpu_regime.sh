@@ -11,7 +11,7 @@
 #
 # OUT receives: env.txt (GPU, jax), log.txt (every command's output, the sweeps' [sweep] lines with their aggregate
 # img/s), runs_<sweep>.jsonl + runs_<sweep>.md (benchmarks/paper_scale_summary.py: per run steps, epochs, img/s, eval
-# accuracy, wall time, finished), report/ (python -m vit_jax_struct.report over both roots: scoreboard.md, runs.csv,
+# accuracy, wall time, finished), report/ (python -m vit_jax_struct.experiments.report over both roots: scoreboard.md, runs.csv,
 # verdicts.json) and runs/ (the runs' small files, no checkpoints: what docs/results/runs/ archives). The runs'
 # workdirs are under $RUNS (default /tmp/regime_runs)/<sweep>.
 #
@@ -111,6 +111,6 @@ grep -h "^\[sweep\] aggregate" "$LOG" | tee -a "$OUT/aggregate.txt" > /dev/null
 for sweep in cifar10_grid8 cifar100_permuted; do
   $PY benchmarks/paper_scale_summary.py "$RUNS/$sweep" --out="$OUT" --prefix="runs_${sweep}" 2>&1 | tee -a "$LOG"
 done
-$PY -m vit_jax_struct.report --runs="$RUNS/cifar10_grid8" --runs="$RUNS/cifar100_permuted" --out="$OUT/report" \
+$PY -m vit_jax_struct.experiments.report --runs="$RUNS/cifar10_grid8" --runs="$RUNS/cifar100_permuted" --out="$OUT/report" \
   --archive="$OUT/runs" --no-curves >> "$LOG" 2>&1 || say "report failed (rc $?): see log.txt"
 say "done: $(ls "$OUT" | tr '\n' ' ')"

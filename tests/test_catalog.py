@@ -5,7 +5,7 @@ import ast
 import os
 import re
 
-from vit_jax_struct import catalog, catalog_page, report, stats
+from vit_jax_struct.experiments import catalog, catalog_page, report, stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,7 +49,7 @@ def test_every_verdict_has_a_metric_direction_and_seed_budget_fixed_in_advance()
 def test_experiments_doc_is_up_to_date():
     text = catalog_page.render()
     with open(os.path.join(ROOT, "docs", "experiments.md")) as f:
-        assert f.read() == text, "regenerate: python -m vit_jax_struct.catalog_page --out=docs/experiments.md"
+        assert f.read() == text, "regenerate: python -m vit_jax_struct.experiments.catalog_page --out=docs/experiments.md"
     for r in catalog.ROWS:
         assert f"\n## {r.id}\n" in text
     assert "measured" not in text.lower().split("## j1")[0]  # the summary says a status, not "measured"

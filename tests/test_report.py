@@ -6,7 +6,7 @@ import os
 import pytest
 import scipy.stats
 
-from vit_jax_struct import report
+from vit_jax_struct.experiments import report
 
 
 def _run(root, name, acc, seed=0, steps=1000, model=None, **data_model):
@@ -230,8 +230,8 @@ def test_report_writes_training_curve_pngs(tmp_path, monkeypatch):
 
 def test_block_size_figure_draws_each_cnns_loss_beside_the_papers(tmp_path, monkeypatch):
     """J3 as the paper's Fig. 5: accuracy − the mean unpermuted accuracy per block side, the unpermuted arm at 32 px."""
-    from vit_jax_struct import catalog
     from vit_jax_struct.analysis import plots
+    from vit_jax_struct.experiments import catalog
 
     root = str(tmp_path / "runs")
     cnn = {"name": "resnet", "depth": 18}

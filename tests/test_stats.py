@@ -1,4 +1,4 @@
-"""The verdict statistics (vit_jax_struct/stats.py) against scipy.stats and by hand on fixed numbers."""
+"""The verdict statistics (vit_jax_struct/experiments/stats.py) against scipy.stats and by hand on fixed numbers."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from vit_jax_struct import stats
+from vit_jax_struct.experiments import stats
 
 A = [36.2, 36.8, 37.1]      # e.g. per-seed accuracies (points) of a treatment arm
 B = [35.0, 35.5, 34.1, 35.9]  # the baseline arm

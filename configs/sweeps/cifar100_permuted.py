@@ -2,7 +2,7 @@
 
     python launch/sweep.py --sweep=configs/sweeps/cifar100_permuted.py --root=runs/cifar100_permuted --run --jobs=2
     python launch/sweep.py --sweep=configs/sweeps/cifar100_permuted.py --root=… --run --jobs=2 --only=vit_   # ViT arms
-    python -m vit_jax_struct.report --runs=runs/cifar100_permuted --out=docs/results/cifar100
+    python -m vit_jax_struct.experiments.report --runs=runs/cifar100_permuted --out=docs/results/cifar100
 
 CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Every ViT arm is
 `configs/cifar10_vit.py` (width 128, depth 6, 8-px patches: a 4x4 grid) with 100 classes, `steps` steps (default

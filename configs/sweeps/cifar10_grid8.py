@@ -2,7 +2,7 @@
 the data-size and classifier rows (R6, R8, J1), 3 seeds each.
 
     python launch/sweep.py --sweep=configs/sweeps/cifar10_grid8.py --root=/work/sweeps/cifar10_grid8 --run --jobs=1
-    python -m vit_jax_struct.analysis.verdicts --runs=/work/sweeps/cifar10_grid8 \\
+    python -m vit_jax_struct.experiments.verdicts --runs=/work/sweeps/cifar10_grid8 \\
         --out=docs/results/analysis/verdicts_grid8.json
 
 Why a second grid: on the 4×4 grid of 8-px patches uniform attention has a mean distance of 16.1 px and no head can

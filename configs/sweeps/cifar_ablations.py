@@ -2,7 +2,7 @@
 
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/cifar_ablations --run \\
         --only=""   # add --only=<substring> to run a part
-    python -m vit_jax_struct.report --runs=runs/cifar_ablations       # -> runs/cifar_ablations/report/
+    python -m vit_jax_struct.experiments.report --runs=runs/cifar_ablations       # -> runs/cifar_ablations/report/
     # Smoke sweep (all 25 arms, 20 steps, 256 eval images; 4.3 min on 2 CPU cores): sweep-level --set overrides.
     python launch/sweep.py --sweep=configs/sweeps/cifar_ablations.py --root=runs/smoke --run --jobs=2 \
         --set=total_steps=20 --set=eval_every_steps=10 --set=data.eval_examples=256 --set=optim.warmup_steps=2 \

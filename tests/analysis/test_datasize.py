@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from vit_jax_struct.analysis import datasize
+from vit_jax_struct.experiments import datasize
 
 LAYERS = ["stem", "block00", "block01", "block02", "block03", "block04", "block05"]
 
@@ -64,7 +64,7 @@ def test_data_size_study_finds_runs_pairs_references_and_counts_local_heads(tmp_
     # The pair of full-data seeds is counted once (the first seed that names it), not once per direction.
     assert full["seeds"][0]["cka_to_reference"]["block03"] == pytest.approx(0.8)
     assert full["seeds"][1]["cka_to_reference"] is None
-    text = datasize.render(s, "python -m vit_jax_struct.analysis.datasize …")
+    text = datasize.render(s, "python -m vit_jax_struct.experiments.datasize …")
     # Columns: accuracy, early blocks, mean distance, most local early head (4.0 px of `near`), local share.
     assert "| 0.1 | 0.5100 (n=1) | block00, block01 | 16.00 (n=1) | 16.00 (n=1) | 0.00 (n=1) |" in text
     assert ("| 1 | 0.5000 ± 0.0000 (n=2) | block00, block01 | 13.49 ± 0.00 (n=2) | 4.00 ± 0.00 (n=2) | "

@@ -1,4 +1,4 @@
-"""Representation verdict measures (vit_jax_struct/analysis/verdicts.py) on matrices with known answers."""
+"""Representation verdict measures (vit_jax_struct/experiments/verdicts.py) on matrices with known answers."""
 
 import json
 import os
@@ -6,7 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from vit_jax_struct.analysis import localization, posemb, verdicts
+from vit_jax_struct.analysis import localization, posemb
+from vit_jax_struct.experiments import verdicts
 
 
 def test_localization_margin_is_own_minus_mean_of_others():

@@ -57,7 +57,7 @@ def test_train_into_a_bucket_preempt_resume_bitwise_then_analyse_and_report(gcs,
     assert "runs/tiny/lock" not in names
 
     # Analysis and the report read the run from the bucket and write there.
-    from vit_jax_struct import report
+    from vit_jax_struct.experiments import report
     from vit_jax_struct.analysis import run as analysis_run
 
     analysis_run.run_from_flags(url, None, None, 32, 16)
@@ -178,6 +178,7 @@ def test_store_going_away_stops_the_run_and_the_same_command_resumes(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+        emu.stop()  # also when the test failed: no server left behind
     assert p.returncode == 1, out[-3000:]
     err = [line for line in out.splitlines() if line.startswith("error: ")]
     assert len(err) == 1 and "gs://outage/run" in err[0], out[-3000:]

@@ -20,7 +20,7 @@ which hold all the label information a linear rule can use, 50,000 training exam
   `TARGET` (well below the linear classifier's).
 
 Writes `study.json` (every per-seed number), `verdicts.json` (the per-seed values of each judged catalog row, for
-`python -m vit_jax_struct.report --verdicts=…`), `README.md` and the figures.
+`python -m vit_jax_struct.experiments.report --verdicts=…`), `README.md` and the figures.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax_struct import stats, storage
+from vit_jax_struct import storage
+from vit_jax_struct.experiments import stats
 from vit_jax_struct.theory import data as tdata
 from vit_jax_struct.theory import model as tmodel
 

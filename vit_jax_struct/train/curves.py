@@ -2,7 +2,7 @@
 
 `training_curves({label: metrics records}, path, title)` draws one panel per measure with one line per run (the
 run's own `workdir/curves.png`, written by the trainer at every checkpoint and at the end) or per arm of a comparison
-(`vit_jax_struct/report.py`). Legends sit below their panel, so many series (few-shot k × datasets × arms) never cover
+(`vit_jax_struct/experiments/report.py`). Legends sit below their panel, so many series (few-shot k × datasets × arms) never cover
 the lines. `path` may be local or `gs://` (rendered in memory, written whole through `storage`).
 """
 

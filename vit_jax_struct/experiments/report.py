@@ -1,6 +1,6 @@
 """Scoreboard: the runs of one or more sweeps, their accuracy comparisons and every catalog verdict, with intervals.
 
-    python -m vit_jax_struct.report --runs=runs/cifar100_permuted [--runs=OTHER …] --out=docs/results \\
+    python -m vit_jax_struct.experiments.report --runs=runs/cifar100_permuted [--runs=OTHER …] --out=docs/results \\
         [--verdicts=docs/results/theory/verdicts.json …] [--no-curves]
 
 Reads every workdir below the given folders (a folder with `config.json` and `metrics.jsonl`, e.g. a sweep root, or
@@ -12,7 +12,7 @@ its archive of small files under `docs/results/runs/`), takes its last `eval/acc
 - for each accuracy comparison of the catalog (J1 positional attention, J2 permuted patches and its positive control,
   J3 CNNs, R3 skip removal, R5 GAP accuracy) compares the treatment arm with the baseline arm of the same family,
   dataset, model and step budget: Δ in points with Welch's 95 % interval and its degrees of freedom
-  (`vit_jax_struct/stats.py`), n per arm, and the status against the paper (`stats.status`, the margins and
+  (`vit_jax_struct/experiments/stats.py`), n per arm, and the status against the paper (`stats.status`, the margins and
   directions of `catalog.JUDGEMENTS`);
 - adds the verdicts of result files (`--verdicts`, JSON lists written by the theory study and the run analyses:
   per-seed values, judged the same way);
@@ -31,7 +31,8 @@ import os
 import re
 import sys
 
-from vit_jax_struct import catalog, stats, storage
+from vit_jax_struct import storage
+from vit_jax_struct.experiments import catalog, stats
 from vit_jax_struct.train import metrics
 
 COLUMNS = ("run", "dataset", "model", "attention", "classifier", "skip_ablation", "permutation", "train_fraction",
@@ -407,9 +408,9 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
               f"**contradicts** (it excludes 0 the other way, or lies wholly outside the margin), **inconclusive** "
               f"(neither, or fewer than {stats.MIN_SEEDS} seeds per arm, 5 for the theory rows), **not run**; a "
               f"control or check the paper did not run says so in its status. Directions, margins and "
-              f"maximum seeds are fixed in `vit_jax_struct/catalog.py` (`JUDGEMENTS`) before the runs, except rules "
+              f"maximum seeds are fixed in `vit_jax_struct/experiments/catalog.py` (`JUDGEMENTS`) before the runs, except rules "
               f"marked post hoc (added or changed after results existed; the catalog page says what and why); the "
-              f"statistics are `vit_jax_struct/stats.py`.", ""]
+              f"statistics are `vit_jax_struct/experiments/stats.py`.", ""]
     if rows:
         lines += [f"**What came before.** {catalog.HISTORY}", "", f"{catalog.HEADLINE_RULE}:", "",
                   "| row | status | claim | comparisons of the claim |", "|---|---|---|---|"]

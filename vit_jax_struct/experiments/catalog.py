@@ -10,8 +10,8 @@ and what is still needed. How a row is judged is fixed here, before any run: `JU
 metric (the one the paper's claim is about), the direction the paper reports, the equivalence margin of a "no
 effect" claim and the maximum number of seeds; `COMPARISONS` gives the accuracy comparisons of training runs with
 their declared step budgets (a run of any other length is a smoke run). This module is a table of data and imports
-nothing of the package: the statistics are `vit_jax_struct/stats.py`, the verdicts `vit_jax_struct/report.py`, and
-`docs/experiments.md` is written by `python -m vit_jax_struct.catalog_page --out=docs/experiments.md`.
+nothing of the package: the statistics are `vit_jax_struct/experiments/stats.py`, the verdicts `vit_jax_struct/experiments/report.py`, and
+`docs/experiments.md` is written by `python -m vit_jax_struct.experiments.catalog_page --out=docs/experiments.md`.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ JELASSI_VIT = ("python main.py --config=configs/cifar10_vit.py:tfds=cifar100,ste
                "--config.model.width=384 --config.model.mlp_dim=384")
 JELASSI_VIT_P2 = JELASSI_VIT.replace("variant=Ti/4", "variant=Ti/2")
 ANALYZE = "python main.py --mode=analyze --workdir=RUN"
-VERDICTS = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar100_permuted "
+VERDICTS = ("python -m vit_jax_struct.experiments.verdicts --runs=runs/cifar100_permuted "
             "--out=docs/results/analysis/verdicts.json")
 ANALYZE_PUBLISHED = ("python main.py --mode=analyze --config=configs/vit_b16.py:folder=IMAGENET "
                      "--config.data.eval_split=val --config.init_from=ViT-B_16.npz "
                      "--compare_config=configs/bit.py:r50x1 --compare_init_from=BiT-M-R50x1.npz --workdir=OUT")
 SWEEP8 = "python launch/sweep.py --sweep=configs/sweeps/cifar10_grid8.py --root=runs/cifar10_grid8 --run"
-VERDICTS8 = ("python -m vit_jax_struct.analysis.verdicts --runs=runs/cifar10_grid8 "
+VERDICTS8 = ("python -m vit_jax_struct.experiments.verdicts --runs=runs/cifar10_grid8 "
              "--out=docs/results/analysis/verdicts_grid8.json")
 GRID8 = ("on the 8×8 grid (`configs/sweeps/cifar10_grid8.py`: its positional, GAP and data-size arms are complete, 3 "
          "seeds each, 2,000 steps; 10–73 min a run on 2 CPU cores, by what else ran beside it: `time/wall` of the 15 "
@@ -320,7 +320,7 @@ ROWS = (
     Row("R7", RAGHU, "§7, Figure 12", "smaller pretraining subsets: higher layers diverge",
         "models pretrained on 3–30 % subsets have lower layers similar to the 100 % model's and higher layers "
         "that diverge (CKA of each block to the same block of the 100 % model)", "qualitative (CKA vs block)",
-        "`data.train_fraction` + analysis CKA `--compare=FULL_RUN` (`vit_jax_struct/analysis/datasize.py`)",
+        "`data.train_fraction` + analysis CKA `--compare=FULL_RUN` (`vit_jax_struct/experiments/datasize.py`)",
         f"{SWEEP8} --only=full --only=frac && {VERDICTS8}",
         "python main.py --config=configs/vit_b16.py:data=i21k --config.data.train_fraction=0.03 --workdir=RUN && "
         f"{ANALYZE} --compare=FULL_DATA_RUN",

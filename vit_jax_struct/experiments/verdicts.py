@@ -1,6 +1,6 @@
 """Representation verdicts of a sweep's runs (J4, R4, R5, R8): analyses on every seed, per-seed values for the report.
 
-    python -m vit_jax_struct.analysis.verdicts --runs=SWEEP_ROOT --out=docs/results/analysis/verdicts.json
+    python -m vit_jax_struct.experiments.verdicts --runs=SWEEP_ROOT --out=docs/results/analysis/verdicts.json
 
 Finds the finished ViT runs of a sweep (`config.json` + `final_metrics.json`), groups them into arms by their knobs
 (`report.read_run`: permutation, classifier, skip ablation, attention; one dataset, model and step budget), runs
@@ -45,9 +45,10 @@ import sys
 
 import numpy as np
 
-from vit_jax_struct import report, storage
+from vit_jax_struct import storage
 from vit_jax_struct.analysis import cka, localization, posemb
 from vit_jax_struct.data import permute
+from vit_jax_struct.experiments import report
 
 
 def cka_split(matrix, layers, block: int) -> float:

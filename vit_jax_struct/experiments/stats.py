@@ -1,7 +1,7 @@
 """Statistics of the verdicts, in one place: effects with 95 % intervals, the status vocabulary, run deduplication.
 
-Every judged catalog row (the scoreboard `vit_jax_struct/report.py` and the catalog page
-`vit_jax_struct/catalog_page.py` both call this module) reports an `Effect`: Δ = mean(treatment) − mean(baseline) of a
+Every judged catalog row (the scoreboard `vit_jax_struct/experiments/report.py` and the catalog page
+`vit_jax_struct/experiments/catalog_page.py` both call this module) reports an `Effect`: Δ = mean(treatment) − mean(baseline) of a
 measure that is one number per seed, with the 95 % confidence interval of Welch's unequal-variance t (degrees of
 freedom by Welch–Satterthwaite; `scipy.stats.ttest_ind(equal_var=False).confidence_interval()`), or a one-sample t
 interval of per-seed differences against a null, a paired t interval where treatment and baseline share a unit
