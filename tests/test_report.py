@@ -1,5 +1,6 @@
 """Scoreboard: knobs read from workdirs, accuracy comparisons with Welch intervals, statuses, smoke runs."""
 
+import csv
 import json
 import os
 
@@ -291,3 +292,18 @@ def test_archive_keeps_each_sweep_in_its_own_folder_and_skips_unfinished_runs(tm
         assert f.read() == '{"matrix": []}'  # R1's cross-model CKA travels with its ViT run
     with pytest.raises(ValueError, match="two sweep roots named 'sweepA'"):
         report.archive([a, a], dest)
+
+
+def test_runs_csv_names_the_device_and_dtype_a_run_trained_on(tmp_path):
+    root = str(tmp_path / "runs")
+    _run(root, "gpu0", 0.6, dtype="bfloat16")
+    _run(root, "old0", 0.6, seed=1)  # trained before final_metrics.json named the device
+    with open(os.path.join(root, "gpu0", "final_metrics.json"), "w") as f:
+        json.dump({"step": 1000, "code": "abc", "device": "gpu: NVIDIA H200 × 1"}, f)
+    runs = report.mark(report.find_runs([root]))
+    report.write(runs, [], str(tmp_path / "out"))
+    with open(tmp_path / "out" / "runs.csv") as f:
+        rows = {os.path.basename(r["run"]): r for r in csv.DictReader(f)}
+    assert (rows["gpu0"]["device"], rows["gpu0"]["dtype"], rows["gpu0"]["code"]) == ("gpu: NVIDIA H200 × 1",
+                                                                                      "bfloat16", "abc")
+    assert (rows["old0"]["device"], rows["old0"]["dtype"]) == ("not recorded", "not recorded")

@@ -69,6 +69,8 @@ def test_a_run_writes_log_curves_time_accounting_and_a_trace_all_readable_by_oth
     final = json.loads((wd / "final_metrics.json").read_text())
     # The code it trained with: this checkout's commit (+modified when tracked files differ), also in the log.
     assert re.fullmatch(r"[0-9a-f]{12}(\+modified)?|unknown", final["code"]) and f"code: {final['code']}" in log
+    # What it trained on (runs.csv's device column: a GPU run and a CPU run of one config are one setting).
+    assert re.fullmatch(rf"cpu: .+, {len(os.sched_getaffinity(0))} cores × \d+", final["device"]), final["device"]
     cats = [f"time/{c}" for c in timing.CATEGORIES]
     assert set(cats) | {"time/wall", "goodput"} <= set(final)
     assert 0 < final["goodput"] < 1 and final["time/compile"] > 0 and final["time/eval"] > 0 and \

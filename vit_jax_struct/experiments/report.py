@@ -36,7 +36,7 @@ from vit_jax_struct.experiments import catalog, stats
 from vit_jax_struct.train import metrics
 
 COLUMNS = ("run", "dataset", "model", "attention", "classifier", "skip_ablation", "permutation", "train_fraction",
-           "seed", "steps", "eval/accuracy", "smoke", "duplicate_of", "code")
+           "seed", "steps", "eval/accuracy", "smoke", "duplicate_of", "device", "dtype", "code")
 
 
 def _model_name(m: dict) -> str:
@@ -95,8 +95,9 @@ def read_run(workdir: str) -> dict | None:
         return None
     m, d = cfg.get("model", {}), cfg.get("data", {})
     final_path = storage.join(workdir, "final_metrics.json")
-    code = json.loads(storage.read_text(final_path)).get("code", "") if storage.exists(final_path) else ""
-    return {"run": workdir, "code": code or "not recorded", "family": "vit" if m.get("name", "vit") == "vit" else "cnn", "model": _model_name(m),
+    final = json.loads(storage.read_text(final_path)) if storage.exists(final_path) else {}
+    return {"run": workdir, "code": final.get("code") or "not recorded", "device": final.get("device") or "not recorded",
+            "dtype": m.get("dtype") or "not recorded", "family": "vit" if m.get("name", "vit") == "vit" else "cnn", "model": _model_name(m),
             "dataset": _dataset(d), "attention": m.get("attention", "standard") if "variant" in m else "-",
             "classifier": m.get("classifier", "-"),
             "skip_ablation": m.get("skip_ablation") or "-", "permutation": _permutation(m, d),

@@ -402,6 +402,21 @@ class RunError(RuntimeError):
     found unreadable mid-run): `main.py` exits 1, not 2. The message is the original's type and first line."""
 
 
+def device_description() -> str:
+    """What the run trained on, for `final_metrics.json` and runs.csv: `"<platform>: <kind> × <count>"`, on a CPU with
+    its model name and the cores this process may use (e.g. `"cpu: Intel(R) Xeon(R) Processor, 2 cores × 1"`)."""
+    d, n = jax.devices()[0], jax.device_count()
+    kind = d.device_kind
+    if d.platform == "cpu":
+        try:
+            with open("/proc/cpuinfo") as f:
+                kind = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+        except (OSError, StopIteration):
+            pass
+        kind = f"{kind}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+    return f"{d.platform}: {kind} × {n}"
+
+
 def _final_metrics(workdir: str, step: int, last: dict) -> dict:
     """`final_metrics.json` content: the last logged `train/*` values (from this process or `metrics.jsonl`)
     and the final eval."""
@@ -762,7 +777,7 @@ def _train(config, workdir, parts, train_it, workdir_lock, runlog, account, init
         last.update(summary)
         if jax.process_index() == 0 and step >= total:
             writer.flush()
-            final = {**_final_metrics(workdir, step, last), "code": code}
+            final = {**_final_metrics(workdir, step, last), "code": code, "device": device_description()}
             storage.write_text(storage.join(workdir, "final_metrics.json"), json.dumps(final, indent=2))
             write_curves(writer, workdir, config)
             outputs = ["config.json", "metrics.jsonl", "final_metrics.json", "log.txt"]
