@@ -115,3 +115,19 @@ def test_every_run_the_scoreboard_lists_is_archived_in_the_repository():
     missing = [f"{run}/{name}" for run in runs for name in ("config.json", "metrics.jsonl", "final_metrics.json")
                if f"{run}/{name}" not in tracked]
     assert not missing, f"runs.csv lists runs whose archive is not in the repository: {missing[:5]}"
+
+
+def test_the_two_minute_table_gives_every_row_its_status_and_baseline_top1():
+    verdicts = catalog_page.load_verdicts()
+    by_row = {}
+    for v in verdicts:
+        by_row.setdefault(v["row"], []).append(v)
+    table = catalog_page.found_table(by_row)
+    body = [line for line in table if line.startswith("| [")]
+    assert len(body) == len(catalog.ROWS)
+    for row, line in zip(catalog.ROWS, body, strict=True):
+        status, _ = report.row_status(row.id, by_row.get(row.id, []))
+        assert line.startswith(f"| [{row.id}](#{row.id.lower()}) | {row.title}") and f"| **{status}**" in line
+    j1 = body[0]  # both J1 settings, each with its baseline arm's top-1 from runs.csv
+    assert "cifar10 2000 steps" in j1 and "cifar100 1000 steps" in j1
+    assert f"ViT-Ti/8/w128d6, cifar100: {catalog_page.baseline_top1('cifar100', 'ViT-Ti/8/w128d6')}" in j1

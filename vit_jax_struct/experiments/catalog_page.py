@@ -50,10 +50,12 @@ def baseline_top1(dataset: str, model: str,
 
     if not os.path.exists(runs_csv):
         return "not run"
+    vit = model.startswith("ViT")  # a CNN's baseline arm: unpermuted, all the data (no attention or classifier)
     with open(runs_csv, newline="") as f:
         acc = [float(r["eval/accuracy"]) for r in csv.DictReader(f)
-               if r["dataset"] == dataset and r["model"] == model and r["attention"] == "standard"
-               and r["classifier"] == "token" and r["skip_ablation"] == "-" and r["permutation"] == "none"
+               if r["dataset"] == dataset and r["model"] == model
+               and (not vit or (r["attention"] == "standard" and r["classifier"] == "token"))
+               and r["skip_ablation"] == "-" and r["permutation"] == "none"
                and float(r["train_fraction"]) == 1.0 and r["smoke"] == "False" and not r["duplicate_of"]
                and r["eval/accuracy"]]
     return f"{100 * sum(acc) / len(acc):.1f} % (n={len(acc)})" if acc else "not run"
@@ -82,6 +84,60 @@ def margin_power(verdicts: list[dict]) -> str:
             "ones lower it and widen the interval, so the intervals below can be wider); it fits inside the margin "
             "only when that is below it: " + "; ".join(parts) + ". Where n is below that, *inconclusive* is the "
             "expected status even for arms that do not differ.")
+
+
+def _compact(v: dict) -> str:
+    """One verdict in a few words: `Δ +2.0 points [+0.1, +3.8] (Welch t, df 3.9; n 3/3), cifar10 2000 steps`."""
+    j, e = catalog.JUDGEMENTS[v["key"]], v["effect"]
+    m = re.search(r"(cifar\d+)(?:, [^,()]+)?, (\d+) steps", v.get("comparison", ""))
+    where = f", {m.group(1)} {m.group(2)} steps" if m else ""
+    if e is None:
+        return f"{v['key']}: no interval{where}"
+    digits = 1 if j.unit == "points" else 3
+    n = f"{e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
+    if e.method.endswith(stats.NO_SPREAD):
+        return f"{v['key']}: Δ {e.delta:+.{digits}f} {j.unit}, no spread (n {n}){where}"
+    return (f"{v['key']}: Δ {e.delta:+.{digits}f} {j.unit} [{e.low:+.{digits}f}, {e.high:+.{digits}f}] "
+            f"({e.method.split(' (')[0]}" + (f", df {e.df:.1f}" if e.df else "") + f"; n {n}){where}")
+
+
+def found_table(by_row: dict[str, list[dict]]) -> list[str]:
+    """The two-minute table on top of the page: per row its claim, status, the Δ [95 % CI] of each comparison its
+    status counts, the top-1 of the baseline arm(s) those comparisons ran against, and one line of why (the reason
+    of the first counted comparison that did not reproduce, else of the first)."""
+    lines = ["## What we found", "",
+             "Every row in one line: its status, the Δ and 95 % interval of each comparison the status counts (with "
+             "the setting it ran in), the top-1 of the baseline arm those comparisons ran against (how trained the "
+             "models were: see **Scale** below), and why the status is what it is. Each row's section below has "
+             "every comparison, the rule it was judged by, and the figures.", "",
+             "| row | the paper's claim | status | Δ [95 % CI] (method, df; n per arm), setting | baseline top-1 | why |",
+             "|---|---|---|---|---|---|"]
+    for row in catalog.ROWS:
+        vs = by_row.get(row.id, [])
+        own = [v for v in vs if v["key"] in catalog.HEADLINE.get(row.id, ())]
+        status, count = report.row_status(row.id, vs)
+        deltas = "<br>".join(_compact(v) for v in own) or "—"
+        top1 = []
+        for v in own:
+            m = re.search(r"\((cifar\d+), ([^,()]+), \d+ steps\)\s*$", v.get("comparison", ""))  # analyses
+            dataset, model = (m.group(1), m.group(2)) if m else (None, v.get("models"))
+            if not m:
+                d = re.search(r"\b(cifar\d+)\b", v.get("comparison", ""))
+                dataset = d and d.group(1)
+            if dataset and model:
+                top1.append(f"{model}, {dataset}: {baseline_top1(dataset, model)}")
+        theory = bool(own) and not any(re.search(r"\bcifar\d+\b", v.get("comparison", "")) for v in own)
+        top1_text = "<br>".join(dict.fromkeys(top1)) or ("— (the one-layer model of the theory)" if theory else "—")
+        # Why: the first comparison that made the status (contradicts: one that contradicts; inconclusive: one
+        # that did not reproduce; reproduced: the first).
+        deciding = next((v for v in own if v["status"] == "contradicts"), None) if status == "contradicts" else \
+            next((v for v in own if v["status"] != "reproduced"), None)
+        deciding = deciding or (own[0] if own else None)
+        why = f"{deciding['key']}: {deciding['reason']}" if deciding else \
+            (row.pending.split(";")[0] if row.pending else "not run")
+        lines.append(f"| [{row.id}](#{row.id.lower()}) | {row.title}: {row.number} | **{status}**"
+                     + (f" ({count})" if count else "") + f" | {deltas} | {top1_text} | {why} |")
+    return lines + [""]
 
 
 def _rel(path: str) -> str:
@@ -119,6 +175,7 @@ def render(verdicts_path: str = VERDICTS) -> str:
     lines = ["# Experiments: the catalog", "",
              "<!-- generated by `python -m vit_jax_struct.experiments.catalog_page --out=docs/experiments.md` from "
              "vit_jax_struct/experiments/catalog.py and docs/results/verdicts.json; do not edit -->", "",
+             *found_table(by_row),
              f"Rows J1–J10: {catalog.JELASSI}, *Vision Transformers provably learn spatial structure*. Rows R1–R8: "
              f"{catalog.RAGHU}, *Do Vision Transformers See Like Convolutional Neural Networks?*. Small-scale "
              "commands run on a CPU; full-scale commands are the papers' setting and need an accelerator.", "",
