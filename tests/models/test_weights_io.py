@@ -146,6 +146,35 @@ def test_hf_names_of_transformers_5_and_vitmodel_and_timm_without_class_posemb(r
     assert np.all(pe[:, 0] == 0) and np.array_equal(pe[:, 1:], timm["pos_embed"])
 
 
+def test_timm_posemb_of_a_non_square_grid_keeps_its_class_entry_when_the_grid_is_given(reference):
+    """A timm file whose grid is 3x5 with a class token has 16 posemb entries, a square: the grid, not the length,
+    says that entry 0 is the class token's (it was read as a CLS-less 4x4 grid)."""
+    ref, _ = reference
+    _, _, shapes = _tiny(ref, "token")
+    timm = official.read_weights(os.path.join(WEIGHTS, "timm_token.safetensors"))
+    d = timm["pos_embed"].shape[-1]
+    pe = np.random.default_rng(0).normal(size=(1, 16, d)).astype(np.float32)
+    timm["pos_embed"] = pe
+    flat, has_cls = official.canonical_layout(timm, source_grid=(3, 5))
+    assert has_cls
+    assert not official.canonical_layout(timm, source_grid=(4, 4))[1]  # 16 = 4x4: no class entry
+    got = official.load(timm, shapes, classifier="token", reinit="", source_grid=(3, 5))
+    ours = got["Transformer"]["posembed_input"]["pos_embedding"]
+    g = int(round((ours.shape[1] - 1) ** 0.5))
+    assert np.array_equal(ours[:, :1], pe[:, :1])  # the class entry, untouched by the resize
+    np.testing.assert_array_equal(ours, official.resize_posemb(pe, (g, g), old_grid=(3, 5), num_prefix=1))
+    # A distilled DeiT (a second token and head, 2 posemb prefix entries) is refused by name, not by its posemb.
+    deit = {**official.read_weights(os.path.join(WEIGHTS, "timm_token.safetensors")),
+            "dist_token": np.zeros((1, 1, d), np.float32), "head_dist.weight": np.zeros((3, d), np.float32)}
+    deit["pos_embed"] = np.zeros((1, 2 + g * g, d), np.float32)
+    with pytest.raises(ValueError, match=r"distilled DeiT \(timm `dist_token`, `head_dist`\)"):
+        official.load(deit, shapes, classifier="token", reinit="")
+    # Without the grid the usual lengths still decide: 1 + 14² holds a class entry, 14² (no_embed_class) does not.
+    for n, want in ((197, True), (196, False)):
+        timm["pos_embed"] = np.zeros((1, n, d), np.float32)
+        assert official.canonical_layout(timm)[1] is want
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Real runs: export from the checkpoint, import through init_from, bitwise.
 

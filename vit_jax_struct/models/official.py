@@ -210,13 +210,15 @@ def _rename_block(key: str, renames: Mapping[str, str]) -> str:
     return key
 
 
-def canonical_layout(flat: Mapping[str, Any], shapes: Mapping[str, tuple] | None = None) -> tuple[dict, bool]:
+def canonical_layout(flat: Mapping[str, Any], shapes: Mapping[str, tuple] | None = None,
+                     source_grid: tuple | None = None) -> tuple[dict, bool]:
     """Renames a checkpoint (vit_jax, big_vision, timm or Hugging Face; see the module docstring) to our names.
 
     Args:
       flat: `{'/'-joined path: array}` as read from the `.npz`, or a timm / Hugging Face state dict (`.` names).
       shapes: our model's flat parameter shapes, if known (the PyTorch layouts do not store the attention heads
         axis; `torch_layouts.to_vit_jax`).
+      source_grid: the checkpoint's patch grid `(h, w)`, if known: decides whether a timm posemb holds a CLS entry.
 
     Returns:
       `(flat, posemb_has_cls)`: the entries under our names (encoder unscanned), and whether the posemb
@@ -229,7 +231,7 @@ def canonical_layout(flat: Mapping[str, Any], shapes: Mapping[str, tuple] | None
     """
     layout = torch_layouts.detect_layout(flat)
     if layout:
-        return torch_layouts.to_vit_jax(flat, layout, shapes)
+        return torch_layouts.to_vit_jax(flat, layout, shapes, source_grid)
     flat = unstack_blocks(_strip_prefix(dict(flat)))
     if any(k.startswith("MAPHead_0/") for k in flat):
         raise ValueError(
@@ -412,7 +414,7 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
       ValueError: listing, after renaming, the checkpoint entries the model lacks, the model parameters the
         checkpoint lacks, and shape mismatches (each with both shapes); a class-token mismatch without
         `convert_classifier`; a posemb length that does not fit the grid (naming the numbers); a scanned model;
-        re-initialised entries without init values; a big_vision MAP head.
+        re-initialised entries without init values; a big_vision MAP head; a distilled DeiT (`dist_token`).
     """
     if classifier not in CLASSIFIERS:
         raise ValueError(f"model.classifier {classifier!r} is not one of {CLASSIFIERS}")
@@ -423,7 +425,10 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
     dropped = (lambda k: bool(rx.search(k))) if rx else (lambda k: False)
     raw = flatten(checkpoint) if isinstance(checkpoint, Mapping) else read_weights(checkpoint)
     target = flatten(init_params)
-    flat, posemb_has_cls = canonical_layout(raw, {k: tuple(v.shape) for k, v in target.items()})
+    flat, posemb_has_cls = canonical_layout(raw, {k: tuple(v.shape) for k, v in target.items()}, source_grid)
+    if "dist_token" in flat or any(k.startswith("head_dist.") for k in flat):
+        raise ValueError("checkpoint is a distilled DeiT (timm `dist_token`, `head_dist`): a second class token and "
+                         "head that this ViT does not have; not supported (load a non-distilled DeiT instead)")
     if any(k.startswith("Transformer/encoderblock/") for k in target):
         raise ValueError("the model's encoder is scanned (Transformer/encoderblock with a depth axis); load into the "
                          "unscanned layout and stack the blocks with the model's converter")

@@ -219,7 +219,7 @@ def from_vit_jax(flat: Mapping[str, np.ndarray], layout: str) -> dict[str, np.nd
 
 
 def to_vit_jax(state_dict: Mapping[str, np.ndarray], layout: str,
-               shapes: Mapping[str, tuple] | None = None) -> tuple[dict, bool]:
+               shapes: Mapping[str, tuple] | None = None, source_grid: tuple | None = None) -> tuple[dict, bool]:
     """A timm or Hugging Face ViT state dict -> our flat parameter names (vit_jax layout, unscanned).
 
     Args:
@@ -228,6 +228,10 @@ def to_vit_jax(state_dict: Mapping[str, np.ndarray], layout: str,
         transformers-5 module names.
       shapes: our model's flat parameter shapes, if known: Dense kernels whose size matches are reshaped to them
         (the attention kernels' heads axis, which the PyTorch layouts do not store).
+      source_grid: the checkpoint's patch grid `(h, w)`, if known (`config.init_posemb_grid`): a timm posemb with a
+        class token holds a CLS entry exactly when its length is h·w + 1. Without it a timm posemb of length N
+        holds one when N − 1 is a square or N is not (197 = 14² + 1: yes; 196: no, DeiT-III's `no_embed_class`);
+        a non-square grid whose N is a square (3×5 + 1 = 16) needs the grid.
 
     Returns:
       `(flat, posemb_has_cls)`: entries under our names (names without an equivalent, e.g. timm's `fc_norm` or
@@ -263,5 +267,12 @@ def to_vit_jax(state_dict: Mapping[str, np.ndarray], layout: str,
                 out[key] = _from_torch(kind, our_leaf, sd.pop(name), shapes.get(key))
     out.update(sd)  # no equivalent here: reported by the caller under the library's own name
     n = np.shape(out[POSEMB])[1] if np.ndim(out.get(POSEMB)) == 3 else 0
-    has_cls = "cls" in out and (layout == HF or math.isqrt(n) ** 2 != n)
+    if "cls" not in out or not n:
+        has_cls = False
+    elif layout == HF:  # Hugging Face's position embeddings always hold the class token's entry
+        has_cls = True
+    elif source_grid:
+        has_cls = n == source_grid[0] * source_grid[1] + 1
+    else:
+        has_cls = math.isqrt(n - 1) ** 2 == n - 1 or math.isqrt(n) ** 2 != n
     return out, has_cls
