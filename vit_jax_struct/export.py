@@ -20,10 +20,11 @@ Bad input (a missing run or checkpoint step, an unknown format, a non-ViT run, a
 an existing output without `--overwrite`) exits with code 2 and one line `error: …` naming the value and what is
 allowed, before anything is written.
 
-Parity: the model's MLP uses the tanh approximation of GELU (flax `nn.gelu`, as vit_jax and big_vision) and
-LayerNorm epsilon 1e-6; the PyTorch configs written here say so (timm `act_layer='gelu_tanh'`, transformers
-`hidden_act='gelu_pytorch_tanh'`, `layer_norm_eps=1e-6`); with the libraries' default erf-GELU the logits move by
-≈ 1e-3 (tests/fixtures/make_reference.py).
+Parity: the model's MLP uses the GELU of `model.gelu` (default the tanh approximation, flax `nn.gelu`, as vit_jax
+and big_vision; `erf` the exact one) and LayerNorm epsilon 1e-6; the PyTorch configs written here say so (timm
+`act_layer='gelu_tanh'` or `'gelu'`, transformers `hidden_act='gelu_pytorch_tanh'` or `'gelu'`,
+`layer_norm_eps=1e-6`; the safetensors header's `gelu`); with the other GELU the logits move by ≈ 1e-3
+(tests/fixtures/make_reference.py). vit_jax and big_vision files are tanh only.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def check_model(model: dict, fmt: str) -> None:
     Raises:
       ExportError: not a ViT; positional attention, `add_posemb=False` or skip ablations (no library has them);
         sin-cos posemb outside big_vision; a representation layer (`pre_logits`) for timm / hf; a GAP classifier
-        for hf (transformers' ViT classifies the CLS token only).
+        for hf (transformers' ViT classifies the CLS token only); an erf GELU for vit_jax / big_vision.
     """
     name = model.get("name", "vit")
     if name != "vit":
@@ -83,6 +84,9 @@ def check_model(model: dict, fmt: str) -> None:
     if fmt == "hf" and model.get("classifier", "token") != "token":
         raise ExportError(f"model.classifier {model['classifier']!r}: transformers' ViTForImageClassification "
                           "classifies the CLS token only; use --format=timm (global_pool='avg')")
+    if model.get("gelu", "tanh") != "tanh" and fmt in ("vit_jax", "big_vision"):
+        raise ExportError(f"model.gelu {model['gelu']!r}: the {fmt} ViT uses flax's tanh GELU; use --format=timm or "
+                          "--format=hf, which say which GELU the file needs")
 
 
 def _arch(model: dict, num_classes: int) -> dict:
@@ -92,7 +96,8 @@ def _arch(model: dict, num_classes: int) -> dict:
         a = get_model(model, num_classes).arch()
     except ValueError as e:  # e.g. a key of an older model version
         raise ExportError(f"the run's config.model does not build: {e}") from None
-    return {**a, "classifier": model.get("classifier", "token"), "num_classes": num_classes}
+    return {**a, "classifier": model.get("classifier", "token"), "num_classes": num_classes,
+            "gelu": model.get("gelu", "tanh")}
 
 
 def timm_kwargs(arch: dict, image_size: int) -> dict:
@@ -109,7 +114,8 @@ def timm_kwargs(arch: dict, image_size: int) -> dict:
     token = arch["classifier"] == "token"
     return dict(img_size=image_size, patch_size=arch["patch_size"], embed_dim=arch["width"], depth=arch["depth"],
                 num_heads=arch["num_heads"], mlp_ratio=ratio, qkv_bias=True, num_classes=arch["num_classes"],
-                class_token=token, global_pool="token" if token else "avg", fc_norm=False, act_layer="gelu_tanh")
+                class_token=token, global_pool="token" if token else "avg", fc_norm=False,
+                act_layer="gelu_tanh" if arch.get("gelu", "tanh") == "tanh" else "gelu")
 
 
 def _labels(class_names, num_classes: int) -> list[str]:
@@ -124,7 +130,8 @@ def hf_config(arch: dict, image_size: int, class_names=None) -> dict:
     labels = _labels(class_names, arch["num_classes"])
     return {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": arch["width"],
             "num_hidden_layers": arch["depth"], "num_attention_heads": arch["num_heads"],
-            "intermediate_size": arch["mlp_dim"], "hidden_act": "gelu_pytorch_tanh", "hidden_dropout_prob": 0.0,
+            "intermediate_size": arch["mlp_dim"],
+            "hidden_act": "gelu_pytorch_tanh" if arch.get("gelu", "tanh") == "tanh" else "gelu", "hidden_dropout_prob": 0.0,
             "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02, "layer_norm_eps": LAYER_NORM_EPS,
             "image_size": image_size, "patch_size": arch["patch_size"], "num_channels": 3, "qkv_bias": True,
             "encoder_stride": arch["patch_size"], "id2label": {str(i): c for i, c in enumerate(labels)},
@@ -268,12 +275,13 @@ def write_weights(params: dict, model: dict, fmt: str, out: str, *, image_size: 
     if fmt in ("vit_jax", "big_vision"):
         official.save_npz(out, tensors)
         files, sidecar = [storage.basename(out)], out + ".json"
-    elif fmt == "timm":
-        torch_layouts.write_safetensors(out, tensors)
+    elif fmt == "timm":  # the GELU in the header: timm files say nothing of it, and its default is erf
+        torch_layouts.write_safetensors(out, tensors, {**torch_layouts.SAFETENSORS_METADATA, "gelu": arch["gelu"]})
         files, sidecar = [storage.basename(out)], out + ".json"
     else:
         storage.makedirs(out)
-        torch_layouts.write_safetensors(storage.join(out, official.HF_WEIGHTS), tensors)
+        torch_layouts.write_safetensors(storage.join(out, official.HF_WEIGHTS), tensors,
+                                        {**torch_layouts.SAFETENSORS_METADATA, "gelu": arch["gelu"]})
         storage.write_text(storage.join(out, "config.json"),
                            json.dumps(hf_config(arch, image_size, class_names), indent=2))
         storage.write_text(storage.join(out, "preprocessor_config.json"),
@@ -283,7 +291,8 @@ def write_weights(params: dict, model: dict, fmt: str, out: str, *, image_size: 
         extra["transformers"] = {"load": "transformers.ViTForImageClassification.from_pretrained(FOLDER)"}
     info = {"format": fmt, "files": files, "exported_by": "vit_jax_struct.export", "source": source or {},
             "model": model, "architecture": arch, "class_names": class_names, "preprocessing": pp,
-            "activation": "GELU, tanh approximation (flax nn.gelu)", "layer_norm_eps": LAYER_NORM_EPS,
+            "activation": ("GELU, tanh approximation (flax nn.gelu)" if arch["gelu"] == "tanh" else
+                           "GELU, exact erf (PyTorch nn.GELU)"), "layer_norm_eps": LAYER_NORM_EPS,
             "parameters": int(sum(int(np.size(v)) for v in tensors.values())), **extra}
     storage.write_text(sidecar, json.dumps(info, indent=2))
     return info

@@ -93,6 +93,66 @@ def test_timm_kwargs_and_hf_config_follow_the_model():
     assert export.hf_config({**arch, "num_classes": 2}, 224)["id2label"] == {"0": "LABEL_0", "1": "LABEL_1"}
     pp = export.preprocessing(224, (0.0, 1.0))
     assert pp["mean"] == [0.0] * 3 and pp["std"] == [1.0] * 3
+    erf = {**arch, "gelu": "erf"}  # model.gelu=erf: the libraries' own default GELU
+    assert export.timm_kwargs(erf, 224)["act_layer"] == "gelu"
+    assert export.hf_config({**erf, "classifier": "token"}, 224)["hidden_act"] == "gelu"
+    with pytest.raises(export.ExportError, match=r"model.gelu 'erf': the vit_jax ViT uses flax's tanh GELU"):
+        export.check_model({"name": "vit", "gelu": "erf"}, "vit_jax")
+
+
+def test_the_mlp_gelu_is_the_exact_erf_or_the_tanh_approximation():
+    """`model.gelu`: x·Φ(x) with Φ from scipy's erf, or the tanh formula (Hendrycks & Gimpel 2016), computed in
+    numpy float64 as the reference for the MLP block's float32 output."""
+    from scipy.special import erf
+
+    x = np.linspace(-4, 4, 64, dtype=np.float32).reshape(1, 8, 8)
+    ref = {"erf": lambda h: 0.5 * h * (1 + erf(h / np.sqrt(2))),
+           "tanh": lambda h: 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))}
+    for gelu, f in ref.items():
+        block = vit.MlpBlock(mlp_dim=16, gelu=gelu)
+        params = block.init(jax.random.key(0), x)["params"]
+        h = x.astype(np.float64) @ np.asarray(params["Dense_0"]["kernel"], np.float64) + np.asarray(
+            params["Dense_0"]["bias"], np.float64)
+        want = f(h) @ np.asarray(params["Dense_1"]["kernel"], np.float64) + np.asarray(params["Dense_1"]["bias"])
+        np.testing.assert_allclose(np.asarray(block.apply({"params": params}, x)), want, atol=2e-6)
+    other = vit.MlpBlock(mlp_dim=16, gelu="erf").apply({"params": params}, x)  # the two differ measurably
+    assert float(np.abs(np.asarray(other) - np.asarray(vit.MlpBlock(mlp_dim=16).apply({"params": params}, x))).max()) > 1e-4
+    with pytest.raises(ValueError, match=r"model.gelu 'exact' is not one of 'tanh', 'erf'"):
+        get_model({"name": "vit", "variant": "mu/8", "gelu": "exact"}, 2).init(jax.random.key(0), np.zeros((1, 16, 16, 3)))
+
+
+def test_the_checkpoint_gelu_is_read_and_a_mismatch_refused_in_one_line(tmp_path, caplog):
+    assert official.checkpoint_gelu(os.path.join(WEIGHTS, "hf_token"))[0] == "tanh"  # gelu_pytorch_tanh
+    assert official.checkpoint_gelu(os.path.join(WEIGHTS, "timm_token.safetensors"))[0] is None  # timm: unsaid
+    assert official.checkpoint_gelu("x.npz")[0] == "tanh"
+    ours = str(tmp_path / "erf.safetensors")  # our export's header names the GELU (timm's files do not)
+    torch_layouts.write_safetensors(ours, {"w": np.zeros(2, np.float32)}, {"format": "pt", "gelu": "erf"})
+    assert official.checkpoint_gelu(ours) == ("erf", f"the header of {ours}")
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(open(os.path.join(WEIGHTS, "hf_token", "model.safetensors"),
+                                                    "rb").read())
+    with pytest.raises(ValueError, match=r"a Hugging Face folder without config.json"):
+        official.checkpoint_gelu(str(folder))
+    cfg = json.load(open(os.path.join(WEIGHTS, "hf_token", "config.json")))
+    (folder / "config.json").write_text(json.dumps({**cfg, "hidden_act": "gelu"}))  # transformers' default
+    assert official.checkpoint_gelu(str(folder)) == ("erf", f"{folder}/config.json (hidden_act 'gelu')")
+    (folder / "config.json").write_text(json.dumps({**cfg, "hidden_act": "quick_gelu"}))
+    with pytest.raises(ValueError, match=r"hidden_act 'quick_gelu' is not supported; allowed: gelu, gelu_fast"):
+        official.checkpoint_gelu(str(folder))
+    (folder / "config.json").write_text(json.dumps({**cfg, "hidden_act": "gelu"}))
+    c = tiny_config()
+    c.init_from = str(folder)
+    model = get_model(c.model, c.data.num_classes)
+    with pytest.raises(ValueError, match=r"was trained with the erf GELU .* but model.gelu is 'tanh': set "
+                                         r"--config.model.gelu=erf"):
+        checkpoint.official_options(c, model)
+    c.model.gelu = "erf"
+    assert checkpoint.official_options(c, get_model(c.model, c.data.num_classes))["classifier"] == "token"
+    c.model.gelu, c.init_from = "tanh", os.path.join(WEIGHTS, "timm_token.safetensors")
+    with caplog.at_level("WARNING"):
+        checkpoint.official_options(c, get_model(c.model, c.data.num_classes))
+    assert "does not record its GELU (timm files do not; timm's default is the exact erf" in caplog.text
 
 
 def test_timm_file_with_foreign_keys_lists_every_difference(reference, tmp_path):

@@ -174,6 +174,40 @@ def read_weights(path) -> dict[str, np.ndarray]:
                             f".safetensors (timm, Hugging Face) or a Hugging Face model folder holding {HF_WEIGHTS}")
 
 
+# transformers' `hidden_act` -> model.gelu (ACT2FN: "gelu" is torch's exact GELU; "gelu_new", "gelu_fast" and
+# "gelu_pytorch_tanh" are the tanh approximation).
+HF_GELU = {"gelu": "erf", "gelu_python": "erf", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu_fast": "tanh"}
+
+
+def checkpoint_gelu(path) -> tuple[str | None, str]:
+    """The GELU a weights file was trained with, `(gelu, where it was read)`; gelu None when the file does not say.
+
+    `.npz` (vit_jax, big_vision, BiT): `tanh` (flax `nn.gelu`). A Hugging Face folder: its `config.json`
+    `hidden_act` (`HF_GELU`). A `.safetensors` file: the header's `gelu` (written by our export), else unknown (timm
+    files record no activation; timm's default, `nn.GELU`, is erf).
+
+    Raises:
+      ValueError: a Hugging Face folder without `config.json`, or a `hidden_act` that is no GELU this ViT has.
+    """
+    p = str(path).rstrip("/")
+    if p.endswith(".npz"):
+        return "tanh", "the .npz layouts (flax nn.gelu)"
+    if p.endswith(".safetensors"):
+        gelu = torch_layouts.read_safetensors_metadata(p).get("gelu")
+        if gelu in ("tanh", "erf") or not storage.exists(storage.join(storage.dirname(p), "config.json")):
+            return (gelu if gelu in ("tanh", "erf") else None), f"the header of {p}"
+        p = storage.dirname(p)  # a Hugging Face folder's model.safetensors: its config.json says
+    cfg_path = storage.join(p, "config.json")
+    if not storage.exists(cfg_path):
+        raise ValueError(f"checkpoint {p!r}: a Hugging Face folder without config.json; its hidden_act (which GELU "
+                         "the model was trained with) is needed: copy the model's config.json beside the weights")
+    act = json.loads(storage.read_text(cfg_path)).get("hidden_act", "gelu")  # transformers' ViTConfig default
+    if act not in HF_GELU:
+        raise ValueError(f"checkpoint {p!r}: config.json hidden_act {act!r} is not supported; allowed: "
+                         f"{', '.join(sorted(HF_GELU))} (model.gelu 'erf' or 'tanh')")
+    return HF_GELU[act], f"{cfg_path} (hidden_act {act!r})"
+
+
 def _strip_prefix(flat: dict) -> dict:
     for prefix in _PREFIXES:
         if any(k.startswith(prefix) for k in flat):  # e.g. big_vision `params/…`: read that subtree only

@@ -36,6 +36,7 @@ posemb length is a square number (a grid only) is read as `no_embed_class=True`.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -119,6 +120,30 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
         raise ValueError(f"checkpoint {path!r} is not a readable safetensors file ({e})") from e
     except storage.StorageError as e:
         raise FileNotFoundError(f"checkpoint {path!r} could not be read ({e}); copy it to a local file first") from e
+
+
+def read_safetensors_metadata(path) -> dict[str, str]:
+    """The `__metadata__` of a `.safetensors` header (`{}` when there is none): 8 bytes of header length, then JSON.
+
+    Raises:
+      FileNotFoundError: no such file. ValueError: the header does not parse.
+    """
+    path = str(path)
+    try:
+        if storage.is_url(path):
+            head = storage.read_bytes(path)
+        else:
+            with open(storage.path(path), "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                head = n.to_bytes(8, "little") + f.read(min(n, 100_000_000))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint {path!r}: no such .safetensors file") from None
+    n = int.from_bytes(head[:8], "little")
+    try:
+        header = json.loads(head[8:8 + n])
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"checkpoint {path!r} is not a readable safetensors file (header: {e})") from e
+    return dict(header.get("__metadata__") or {})
 
 
 def write_safetensors(path, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:

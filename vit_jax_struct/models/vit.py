@@ -35,6 +35,7 @@ Dtype = Any
 # (`flax.linen.with_logical_constraint`): a no-op unless the caller maps the names onto mesh axes
 # (`vit_jax_struct.train.sharding.activation_sharding`), which the train and eval steps do.
 ACT_TOKENS = ("act_batch", "act_len", "act_emb")  # [B, N, D] residual stream and branch outputs
+GELUS = ("tanh", "erf")  # model.gelu: flax's tanh approximation (vit_jax, big_vision) or PyTorch's exact erf
 ACT_MLP = ("act_batch", "act_len", "act_mlp")     # [B, N, mlp_dim] MLP hidden layer
 # width, depth, mlp_dim, num_heads (ViT paper Table 1; "mu" is big_vision's debugging size).
 VARIANTS = {
@@ -169,11 +170,16 @@ class MultiHeadDotProductAttention(nn.Module):
 
 
 class MlpBlock(nn.Module):
-    """Transformer MLP block: Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout; `[B, N, D] -> [B, N, D]`."""
+    """Transformer MLP block: Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout; `[B, N, D] -> [B, N, D]`.
+
+    `gelu` (Hendrycks & Gimpel 2016): `"tanh"`, the approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+    (flax `nn.gelu`'s default; vit_jax, big_vision), or `"erf"`, the exact x·Φ(x) (PyTorch's `nn.GELU()`, timm's
+    default: DeiT, DeiT-III, DINOv2)."""
 
     mlp_dim: int
     dropout_rate: float = 0.0
     dtype: Dtype = jnp.float32
+    gelu: str = "tanh"
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True):
@@ -182,7 +188,7 @@ class MlpBlock(nn.Module):
         d = x.shape[-1]
         x = nn.Dense(self.mlp_dim, name="Dense_0", **kw)(x)
         x = nn.with_logical_constraint(x, ACT_MLP)
-        x = nn.gelu(x)
+        x = nn.gelu(x, approximate=self.gelu == "tanh")
         x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
         x = nn.Dense(d, name="Dense_1", **kw)(x)
         return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
@@ -213,6 +219,7 @@ class Encoder1DBlock(nn.Module):
     dtype: Dtype = jnp.float32
     remove_skip: str | None = None
     scan_output: bool = False
+    gelu: str = "tanh"
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True, pos=None):
@@ -228,7 +235,7 @@ class Encoder1DBlock(nn.Module):
         self.sow("intermediates", "mhsa_branch", y)
         x = y if self.remove_skip in ("mhsa", "both") else x + y
         y = nn.LayerNorm(dtype=self.dtype, name="LayerNorm_2")(x)
-        y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name="MlpBlock_3")(y, deterministic)
+        y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.gelu, name="MlpBlock_3")(y, deterministic)
         self.sow("intermediates", "mlp_residual", x)
         self.sow("intermediates", "mlp_branch", y)
         x = y if self.remove_skip in ("mlp", "both") else x + y
@@ -375,6 +382,7 @@ class Encoder(nn.Module):
     skip_ablation: Any = None
     remat_policy: str = "none"
     scan: bool = False
+    gelu: str = "tanh"
 
     @nn.compact
     def __call__(self, x, grid, train: bool = False):
@@ -402,7 +410,7 @@ class Encoder(nn.Module):
         if policy is not None:  # `deterministic` (argument 2, counting self) is a Python bool: static.
             block = nn.remat(block, policy=policy, static_argnums=(2,), prevent_cse=not self.scan)
         kw = dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
-                  attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
+                  attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype, gelu=self.gelu)
         if self.scan:
             if skips or (positional and len(positional) != self.depth):
                 raise ValueError("model.scan=True needs identical encoder blocks: it cannot be combined with "
@@ -447,6 +455,8 @@ class VisionTransformer(nn.Module):
         see `REMAT_POLICIES`; "none": off). Same values, less activation memory, more compute.
       scan: `nn.scan` over the encoder blocks (one compiled block instead of `depth`; parameters stacked under
         `Transformer/encoderblock` with a leading depth axis; `stack_blocks` / `unstack_blocks` convert).
+      gelu: the MLP's GELU, `'tanh'` (approximation; vit_jax, big_vision) or `'erf'` (exact; PyTorch/timm default),
+        see `MlpBlock`; a checkpoint trained with one gives other logits with the other (1e-4 … 1e-3 on a ViT-Ti).
 
     `out` keys: `stem` patch embeddings `[B, N_patches, D]`; `encoder_input` tokens after CLS + posemb `[B, N, D]`;
     `block00` … outputs of each encoder block `[B, N, D]`; `encoded` after the final LayerNorm `[B, N, D]`;
@@ -476,6 +486,7 @@ class VisionTransformer(nn.Module):
     skip_ablation: Any = None
     remat_policy: str = "none"
     scan: bool = False
+    gelu: str = "tanh"
 
     def arch(self) -> dict:
         """Resolved sizes: the variant's, with explicit fields overriding."""
@@ -490,6 +501,8 @@ class VisionTransformer(nn.Module):
         a = self.arch()
         if self.classifier not in ("token", "gap"):
             raise ValueError(f"model.classifier {self.classifier!r} is not one of 'token', 'gap'")
+        if self.gelu not in GELUS:
+            raise ValueError(f"model.gelu {self.gelu!r} is not one of {', '.join(map(repr, GELUS))}")
         b, h, w, _ = images.shape
         p = a["patch_size"]
         if h % p or w % p:
@@ -506,7 +519,7 @@ class VisionTransformer(nn.Module):
         x, enc_out = Encoder(a["depth"], a["mlp_dim"], a["num_heads"], self.posemb, self.classifier == "token",
                              self.dropout, self.attention_dropout, self.dtype, self.attention,
                              self.positional_attention_blocks, self.add_posemb, self.skip_ablation,
-                             self.remat_policy, self.scan, name="Transformer")(x, grid, train)
+                             self.remat_policy, self.scan, gelu=self.gelu, name="Transformer")(x, grid, train)
         out.update({k: v for k, v in enc_out.items() if return_attention or not k.startswith("attention/")})
         out["encoded"] = x
         x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
