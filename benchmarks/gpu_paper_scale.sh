@@ -19,26 +19,14 @@
 # (jelassi_cifar.py:runlocal), 1 seed, no data needed. Tested by tests/test_benchmarks.py (the --smoke run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bash benchmarks/gpu_paper_scale.sh OUT [--smoke]}
-SMOKE=${2:-}
-if [[ -n "$SMOKE" && "$SMOKE" != "--smoke" ]]; then
-  echo "error: second argument '$SMOKE' is not --smoke" >&2; exit 2
-fi
-PY=${PYTHON:-python3}
+SCRIPT=benchmarks/gpu_paper_scale.sh
+source benchmarks/gpu_common.sh "$@"
 BUDGET_S=${BUDGET_S:-420}
 EPOCHS=${EPOCHS:-300}
 SEEDS=${SEEDS:-3}
 RUNS=${RUNS:-/tmp/paper_scale_runs}
 DATA=${DATA:-.devdata/cifar10-jpeg.tar.gz}
-mkdir -p "$OUT" "$RUNS"
-LOG="$OUT/log.txt"
-export PYTHONUNBUFFERED=1
-say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
-
-{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
-  $PY -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
-  nproc; } > "$OUT/env.txt" 2>&1
-say "env: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-300)"
+mkdir -p "$RUNS"
 
 # 1. Train-step throughput and MFU (bf16, synthetic data on the device).
 BF16="--config.model.dtype=bfloat16"

@@ -23,26 +23,14 @@
 # two arms of each sweep, a few steps each. Tested by tests/test_benchmarks.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bash benchmarks/gpu_regime.sh OUT [--smoke]}
-SMOKE=${2:-}
-if [[ -n "$SMOKE" && "$SMOKE" != "--smoke" ]]; then
-  echo "error: second argument '$SMOKE' is not --smoke" >&2; exit 2
-fi
-PY=${PYTHON:-python3}
+SCRIPT=benchmarks/gpu_regime.sh
+source benchmarks/gpu_common.sh "$@"
 BUDGET_S=${BUDGET_S:-480}
 JOBS=${JOBS:-8}
 RUNS=${RUNS:-/tmp/regime_runs}
 DATA10=${DATA10:-data/cifar10}
 DATA100=${DATA100:-data/cifar100}
-mkdir -p "$OUT" "$RUNS"
-LOG="$OUT/log.txt"
-export PYTHONUNBUFFERED=1
-say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
-
-{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
-  $PY -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
-  nproc; } > "$OUT/env.txt" 2>&1
-say "env: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-300)"
+mkdir -p "$RUNS"
 
 folder() {  # a folder, or a .tar.gz extracted to /tmp/data/<name>: prints the folder
   local src=$1 name=$2
