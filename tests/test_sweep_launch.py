@@ -132,11 +132,11 @@ def test_two_sweeps_share_one_gpu_by_their_memory_fraction():
 
 def test_the_regime_setting_sets_the_budgets_and_explicit_arguments_win():
     grid8 = sweep.load_sweep("configs/sweeps/cifar10_grid8.py:regime")
-    assert grid8["config"] == "configs/cifar10_vit.py:steps=8000,fewshot" and len(grid8["runs"]) == 15
+    assert grid8["config"] == "configs/cifar10_vit.py:steps=16000,fewshot" and len(grid8["runs"]) == 15
     assert sweep.load_sweep("configs/sweeps/cifar10_grid8.py")["config"] == "configs/cifar10_vit.py:steps=2000,fewshot"
     c100 = sweep.load_sweep("configs/sweeps/cifar100_permuted.py:regime,seeds=1,cnn_steps=2")
     configs = {r["name"]: r.get("config") for r in c100["runs"]}
-    assert configs["vit_original,seed=0"] == "configs/cifar10_vit.py:steps=8000"
+    assert configs["vit_original,seed=0"] == "configs/cifar10_vit.py:steps=16000"
     assert configs["cnn_resnet18w32_original,seed=0"] == "configs/cifar10_vit.py:model=resnet18,steps=2"
     assert c100["overrides"]["data.in_memory"] is True
     assert "data.in_memory" not in sweep.load_sweep("configs/sweeps/cifar100_permuted.py")["overrides"]

@@ -133,7 +133,7 @@ class Comparison:
     what: str
     family: str
     knobs: dict
-    budgets: tuple = (500, 1000, 2000, 4000, 8000)  # 8000: the sweeps' trained-model setting (`regime`)
+    budgets: tuple = (500, 1000, 2000, 4000, 8000, 16000)  # 16000: the ViT sweeps' trained-model setting (`regime`)
     baseline: dict = dataclasses.field(default_factory=dict)
 
 
