@@ -72,6 +72,7 @@ def base() -> ml_collections.ConfigDict:
     c.model.remat_policy = "none"     # per-block jax.checkpoint policy: "nothing_saveable", "dots_saveable", …
     c.model.scan = False              # nn.scan over encoder blocks (params stacked: Transformer/encoderblock [L, …])
     c.model.gelu = "tanh"             # MLP GELU: "tanh" (flax, vit_jax, big_vision) or "erf" (PyTorch/timm default)
+    c.model.num_registers = 0         # register tokens (Darcet et al. 2024): R learned tokens, discarded at the output
 
     c.data = ml_collections.ConfigDict()
     c.data.source = "digits"          # "digits" | "folder" | "tfds" | "sample_photos" (sklearn's 2 photos, offline)

@@ -59,7 +59,7 @@ def check_model(model: dict, fmt: str) -> None:
 
     Raises:
       ExportError: not a ViT; positional attention, `add_posemb=False` or skip ablations (no library has them);
-        sin-cos posemb outside big_vision; a representation layer (`pre_logits`) for timm / hf; a GAP classifier
+        sin-cos posemb outside big_vision; register tokens outside timm; a representation layer (`pre_logits`) for timm / hf; a GAP classifier
         for hf (transformers' ViT classifies the CLS token only); an erf GELU for vit_jax / big_vision.
     """
     name = model.get("name", "vit")
@@ -84,6 +84,9 @@ def check_model(model: dict, fmt: str) -> None:
     if fmt == "hf" and model.get("classifier", "token") != "token":
         raise ExportError(f"model.classifier {model['classifier']!r}: transformers' ViTForImageClassification "
                           "classifies the CLS token only; use --format=timm (global_pool='avg')")
+    if model.get("num_registers", 0) and fmt != "timm":
+        raise ExportError(f"model.num_registers {model['num_registers']}: the {fmt} ViT has no register tokens; use "
+                          "--format=timm (reg_tokens, no_embed_class=True)")
     if model.get("gelu", "tanh") != "tanh" and fmt in ("vit_jax", "big_vision"):
         raise ExportError(f"model.gelu {model['gelu']!r}: the {fmt} ViT uses flax's tanh GELU; use --format=timm or "
                           "--format=hf, which say which GELU the file needs")
@@ -97,7 +100,7 @@ def _arch(model: dict, num_classes: int) -> dict:
     except ValueError as e:  # e.g. a key of an older model version
         raise ExportError(f"the run's config.model does not build: {e}") from None
     return {**a, "classifier": model.get("classifier", "token"), "num_classes": num_classes,
-            "gelu": model.get("gelu", "tanh")}
+            "gelu": model.get("gelu", "tanh"), "num_registers": int(model.get("num_registers", 0) or 0)}
 
 
 def timm_kwargs(arch: dict, image_size: int) -> dict:
@@ -112,10 +115,13 @@ def timm_kwargs(arch: dict, image_size: int) -> dict:
         raise ExportError(f"model.mlp_dim {arch['mlp_dim']} is not int(width * mlp_ratio) for width "
                           f"{arch['width']}, so timm cannot build it")
     token = arch["classifier"] == "token"
-    return dict(img_size=image_size, patch_size=arch["patch_size"], embed_dim=arch["width"], depth=arch["depth"],
-                num_heads=arch["num_heads"], mlp_ratio=ratio, qkv_bias=True, num_classes=arch["num_classes"],
-                class_token=token, global_pool="token" if token else "avg", fc_norm=False,
-                act_layer="gelu_tanh" if arch.get("gelu", "tanh") == "tanh" else "gelu")
+    kw = dict(img_size=image_size, patch_size=arch["patch_size"], embed_dim=arch["width"], depth=arch["depth"],
+              num_heads=arch["num_heads"], mlp_ratio=ratio, qkv_bias=True, num_classes=arch["num_classes"],
+              class_token=token, global_pool="token" if token else "avg", fc_norm=False,
+              act_layer="gelu_tanh" if arch.get("gelu", "tanh") == "tanh" else "gelu")
+    if arch.get("num_registers"):  # registers carry no posemb: timm's no_embed_class layout (torch_layouts)
+        kw.update(reg_tokens=arch["num_registers"], no_embed_class=True)
+    return kw
 
 
 def _labels(class_names, num_classes: int) -> list[str]:
@@ -167,6 +173,8 @@ def convert(params: dict, fmt: str, scan: bool = False) -> dict[str, np.ndarray]
     if fmt == "big_vision":
         return official.to_big_vision(params, scan=scan)
     flat = {k: np.asarray(v) for k, v in official.flatten(params).items()}
+    if fmt == "timm" and "registers" in flat:
+        flat = torch_layouts.fold_cls_posemb(flat)
     return flat if fmt == "vit_jax" else torch_layouts.from_vit_jax(flat, fmt)
 
 

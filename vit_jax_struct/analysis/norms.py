@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def norm_ratios(intermediates: dict, has_cls: bool, xp=np) -> dict:
+def norm_ratios(intermediates: dict, has_cls: bool, xp=np, num_registers: int = 0) -> dict:
     """`{"block00/mhsa/cls": r, "block00/mhsa/patches": r, "block00/mlp/…": …}` from one batch's intermediates.
 
     Args:
@@ -19,6 +19,8 @@ def norm_ratios(intermediates: dict, has_cls: bool, xp=np) -> dict:
       has_cls: whether token 0 is the CLS token (else there is no `cls` entry).
       xp: `numpy` (float64, Python floats out) or `jax.numpy` (float32 scalars, usable inside `jax.jit`, so the
         `[B, N, D]` streams never leave the device: `analysis/run.py`).
+      num_registers: register tokens R after the CLS token (`model.num_registers`): the streams are
+        `[B, 1 + R + N, D]`; the registers get entries of their own (`block00/mhsa/registers`), not the patches'.
     """
     out = {}
     dtype = np.float64 if xp is np else np.float32
@@ -29,9 +31,10 @@ def norm_ratios(intermediates: dict, has_cls: bool, xp=np) -> dict:
             z = xp.asarray(blocks[name][f"{branch}_residual"][0], dtype)
             f = xp.asarray(blocks[name][f"{branch}_branch"][0], dtype)
             r = xp.linalg.norm(z, axis=-1) / xp.clip(xp.linalg.norm(f, axis=-1), 1e-12, None)  # [B, N]
+            c, n_reg = int(has_cls), int(num_registers)
             if has_cls:
                 out[f"block{i:02d}/{branch}/cls"] = r[:, 0].mean()
-                out[f"block{i:02d}/{branch}/patches"] = r[:, 1:].mean()
-            else:
-                out[f"block{i:02d}/{branch}/patches"] = r.mean()
+            if n_reg:
+                out[f"block{i:02d}/{branch}/registers"] = r[:, c:c + n_reg].mean()
+            out[f"block{i:02d}/{branch}/patches"] = r[:, c + n_reg:].mean()
     return {k: float(v) for k, v in out.items()} if xp is np else out

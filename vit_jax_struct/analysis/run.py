@@ -192,7 +192,8 @@ def make_summaries(model, *, is_vit: bool, has_cls: bool, grid=None, patch=None,
         if is_vit:
             res["distance"] = {k.split("/", 1)[1]: attention.mean_attention_distance(
                 w, grid, patch, has_cls, xp=jnp) * w.shape[0] for k, w in out.items() if k.startswith("attention/")}
-            res["norm_ratios"] = norms.norm_ratios(inter["intermediates"], has_cls, xp=jnp)
+            res["norm_ratios"] = norms.norm_ratios(inter["intermediates"], has_cls, xp=jnp,
+                                                   num_registers=int(getattr(model, "num_registers", 0) or 0))
             tokens = (last[:, 1:] if has_cls else last).astype(jnp.float32)  # [B, N, D] patch tokens
             b, h, w_, c = images.shape
             pch = images.reshape(b, h // patch, patch, w_ // patch, patch, c).transpose(0, 1, 3, 2, 4, 5)

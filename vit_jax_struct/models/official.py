@@ -467,6 +467,16 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
         raise ValueError("the model's encoder is scanned (Transformer/encoderblock with a depth axis); load into the "
                          "unscanned layout and stack the blocks with the model's converter")
 
+    n_reg = int(np.shape(flat["registers"])[1]) if np.ndim(flat.get("registers")) == 3 else 0
+    if n_reg and np.ndim(flat.get(POSEMB)) == 3:  # registers with a posemb entry (timm no_embed_class=False)
+        n = int(np.shape(flat[POSEMB])[1])
+        square = lambda m: m >= 0 and math.isqrt(m) ** 2 == m  # noqa: E731
+        with_regs = (n - source_grid[0] * source_grid[1] in (n_reg, n_reg + 1) if source_grid else
+                     not (square(n) or square(n - 1)) and (square(n - n_reg) or square(n - n_reg - 1)))
+        if with_regs:
+            raise ValueError(f"checkpoint's posemb has {n} entries, which include its {n_reg} register tokens (timm "
+                             "no_embed_class=False); not supported: our registers carry no position (DINOv2's layout, "
+                             "timm no_embed_class=True)")
     src_cls, tgt_cls = "cls" in flat, classifier == "token"
     if src_cls != tgt_cls:
         if not convert_classifier:

@@ -10,6 +10,7 @@ transformers. The names were taken from the libraries' own state dicts (timm 1.0
     embedding/kernel [p, p, 3, D] (HWIO)          patch_embed.proj.weight    vit.embeddings.patch_embeddings.
                                                     [D, 3, p, p] (OIHW)        projection.weight (OIHW)
     cls [1, 1, D]                                 cls_token                  vit.embeddings.cls_token
+    registers [1, R, D]                           reg_token                  (none)
     Transformer/posembed_input/pos_embedding      pos_embed                  vit.embeddings.position_embeddings
     …/encoderblock_{i}/LayerNorm_0                blocks.{i}.norm1           vit.encoder.layer.{i}.layernorm_before
     …/MultiHeadDotProductAttention_1/query|key|value  blocks.{i}.attn.qkv      …attention.attention.query|key|value
@@ -30,7 +31,10 @@ mapping; export writes the classic names, import reads both.
 
 timm's `pos_embed` holds a CLS entry in front of the grid exactly when the model has a class token and
 `no_embed_class=False` (its default); the weights do not record that flag, so a timm file with `cls_token` whose
-posemb length is a square number (a grid only) is read as `no_embed_class=True`. Hugging Face's
+posemb length is a square number (a grid only) is read as `no_embed_class=True`. Register tokens (`reg_token`)
+never have a posemb entry here: our ViT adds them after the posemb (DINOv2's order), which timm computes with
+`no_embed_class=True`, so a model with registers and a class token is written with the class token's posemb entry
+folded into `cls_token` (`fold_cls_posemb`; logits equal, parameters not). Hugging Face's
 `position_embeddings` always has the CLS entry.
 """
 
@@ -67,6 +71,7 @@ _BLOCK_ROWS = (
 _TOP_ROWS = (  # Hugging Face names without the `vit.` prefix of ViTForImageClassification's backbone.
     ("embedding", "patch_embed.proj", "embeddings.patch_embeddings.projection", "conv"),
     ("cls", "cls_token", "embeddings.cls_token", "param"),
+    ("registers", "reg_token", None, "param"),  # register tokens: timm `reg_token`; transformers' ViT has none
     (POSEMB, "pos_embed", "embeddings.position_embeddings", "param"),
     ("Transformer/encoder_norm", "norm", "layernorm", "ln"),
     ("pre_logits", None, "pooler.dense", 1),
@@ -198,6 +203,18 @@ def _from_torch(kind, leaf: str, x: np.ndarray, shape: tuple | None) -> np.ndarr
         if shape is not None and math.prod(shape) == x.size:  # DenseGeneral's heads axis, e.g. [D, D] -> [D, H, dh]
             return x.reshape(shape)
     return x
+
+
+def fold_cls_posemb(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Our flat parameters with `cls` + posemb row 0 as the class token and the posemb cut to the grid `[1, h·w, D]`
+    (timm's `no_embed_class=True` layout, which adds the posemb to the patch tokens only). The sum the first block
+    sees is the same, so the logits are; a model without `cls` comes back unchanged."""
+    flat = dict(flat)
+    if "cls" in flat and np.ndim(flat.get(POSEMB)) == 3:
+        pe = np.asarray(flat[POSEMB])
+        flat["cls"] = (np.asarray(flat["cls"]) + pe[:, :1]).astype(pe.dtype)
+        flat[POSEMB] = pe[:, 1:]
+    return flat
 
 
 def depth_of(flat: Mapping) -> int:

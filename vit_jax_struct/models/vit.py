@@ -5,6 +5,7 @@ checkpoints, so published weights map by name:
 
     embedding/{kernel,bias}                          patch embedding, a Conv with stride = patch size
     cls                                              [1, 1, D] class token (classifier='token' only)
+    registers                                        [1, R, D] register tokens (num_registers=R > 0 only)
     Transformer/posembed_input/pos_embedding         [1, N, D] learned posemb (posemb='learn' only)
     Transformer/encoderblock_{i}/LayerNorm_0         pre-MHSA LayerNorm
     Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{query,key,value,out}
@@ -17,10 +18,13 @@ checkpoints, so published weights map by name:
 Every model returns `(logits, out)`: `out` holds named intermediates that analysis code reads by name
 (`"stem"`, `"encoder_input"`, `"block00"` …, `"encoded"`, `"pre_logits"`, `"logits"`) and, with
 `return_attention=True`, the attention weights of each block as `"attention/block00"` … `[B, heads, N, N]`.
+The token entries hold the CLS token (if any) and the patch tokens only, so every analysis reads the same layout
+with or without register tokens; the registers' own outputs are `"registers/block00"` … `[B, R, D]`.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -385,7 +389,7 @@ class Encoder(nn.Module):
     gelu: str = "tanh"
 
     @nn.compact
-    def __call__(self, x, grid, train: bool = False):
+    def __call__(self, x, grid, train: bool = False, registers=None):
         if self.attention not in ("standard", "positional"):
             raise ValueError(f"model.attention {self.attention!r} is not one of 'standard', 'positional'")
         skips = parse_skip_ablation(self.skip_ablation, self.depth)
@@ -403,7 +407,16 @@ class Encoder(nn.Module):
             x = x + pos if self.add_posemb else x
         else:
             raise ValueError(f"model.posemb {self.posemb!r} is not one of 'learn', 'sincos2d'")
-        out["encoder_input"] = x
+        num_reg = 0 if registers is None else registers.shape[1]
+        if num_reg and positional:
+            raise ValueError(f"model.num_registers={num_reg} with model.attention='positional': register tokens "
+                             "have no position to attend from; use model.num_registers=0 or attention='standard'")
+        if num_reg:  # DINOv2 / Darcet et al. 2024: registers join after the posemb, carrying no position of their own
+            c = int(self.has_cls)
+            regs = jnp.tile(registers.astype(x.dtype), (x.shape[0], 1, 1))
+            x = jnp.concatenate([x[:, :c], regs, x[:, c:]], axis=1)
+        split = functools.partial(split_registers, num_prefix=int(self.has_cls), num_registers=num_reg)
+        out["encoder_input"], out["registers/encoder_input"] = split(x)
         x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
         policy = remat_policy(self.remat_policy)
         block = Encoder1DBlock
@@ -421,16 +434,50 @@ class Encoder(nn.Module):
                               length=self.depth)
             x, (xs, ws) = scanned(scan_output=True, name=SCANNED_BLOCK, **kw)(x, not train,
                                                                               pos if positional else None)
-            for i in range(self.depth):
-                out[f"block{i:02d}"] = xs[i]
-                out[f"attention/block{i:02d}"] = ws[i]
+            outputs = [(xs[i], ws[i]) for i in range(self.depth)]
         else:
+            outputs = []
             for i in range(self.depth):
                 x, weights = block(remove_skip=skips.get(i), name=f"encoderblock_{i}", **kw)(
                     x, not train, pos if i in positional else None)
-                out[f"block{i:02d}"] = x
-                out[f"attention/block{i:02d}"] = weights
-        return nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x), out
+                outputs.append((x, weights))
+        for i, (xi, wi) in enumerate(outputs):
+            out[f"block{i:02d}"], out[f"registers/block{i:02d}"] = split(xi)
+            out[f"attention/block{i:02d}"], out[f"register_attention/block{i:02d}"] = split_register_attention(
+                wi, int(self.has_cls), num_reg)
+        encoded, out["registers/encoded"] = split(nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x))
+        if not num_reg:
+            out = {k: v for k, v in out.items() if not k.startswith(("registers/", "register_attention/"))}
+        return encoded, out
+
+
+def split_registers(x, num_prefix: int, num_registers: int):
+    """`[B, P + R + N, D]` tokens -> (`[B, P + N, D]` prefix (CLS) and patch tokens, `[B, R, D]` registers).
+
+    The register tokens sit between the `num_prefix` class token(s) and the patch tokens (timm's and DINOv2's
+    order). With `num_registers=0` the tokens come back unchanged beside an empty `[B, 0, D]`.
+    """
+    p, r = num_prefix, num_registers
+    if not r:
+        return x, x[:, :0]
+    return jnp.concatenate([x[:, :p], x[:, p + r:]], axis=1), x[:, p:p + r]
+
+
+def split_register_attention(weights, num_prefix: int, num_registers: int):
+    """Attention weights `[B, heads, T, T]` (T = P + R + N) -> (`[B, heads, P + N, P + N]` among the CLS and patch
+    tokens, `[B, heads, P + N, R]` from them to the registers).
+
+    The first part's rows no longer sum to 1 when registers take attention; analyses that need a distribution over
+    patches renormalise (`analysis/attention.py`), and the mass given to registers is the second part's row sum.
+    """
+    p, r = num_prefix, num_registers
+    if not r:
+        return weights, weights[..., :0]
+    keep = lambda a, axis: jnp.concatenate(  # noqa: E731
+        [jax.lax.slice_in_dim(a, 0, p, axis=axis), jax.lax.slice_in_dim(a, p + r, a.shape[axis], axis=axis)],
+        axis=axis)
+    rows = keep(weights, -2)
+    return keep(rows, -1), rows[..., p:p + r]
 
 
 class VisionTransformer(nn.Module):
@@ -457,13 +504,21 @@ class VisionTransformer(nn.Module):
         `Transformer/encoderblock` with a leading depth axis; `stack_blocks` / `unstack_blocks` convert).
       gelu: the MLP's GELU, `'tanh'` (approximation; vit_jax, big_vision) or `'erf'` (exact; PyTorch/timm default),
         see `MlpBlock`; a checkpoint trained with one gives other logits with the other (1e-4 … 1e-3 on a ViT-Ti).
+      num_registers: R learned register tokens `registers` `[1, R, D]` (Darcet et al. 2024, "Vision Transformers
+        Need Registers", §3), inserted after the CLS token once the posemb is added (they carry no position, as in
+        DINOv2), attended to by every block and discarded at the output: the classifier reads the CLS token or the
+        mean of the patch tokens only. Initialised N(0, 1e-6) as DINOv2. Not with positional attention.
 
     `out` keys: `stem` patch embeddings `[B, N_patches, D]`; `encoder_input` tokens after CLS + posemb `[B, N, D]`;
     `block00` … outputs of each encoder block `[B, N, D]`; `encoded` after the final LayerNorm `[B, N, D]`;
-    `pre_logits` `[B, D']`; `logits`; and `attention/blockXX` `[B, heads, N, N]` when `return_attention`.
+    `pre_logits` `[B, D']`; `logits`; and `attention/blockXX` `[B, heads, N, N]` when `return_attention`. N counts
+    the CLS and patch tokens only: with registers, `registers/encoder_input`, `registers/blockXX`,
+    `registers/encoded` `[B, R, D]` hold theirs and `register_attention/blockXX` `[B, heads, N, R]` (with
+    `return_attention`) the attention the CLS and patch tokens pay them.
 
     Raises:
-      ValueError: unknown variant/classifier/posemb, or an image whose size is not divisible by the patch size.
+      ValueError: unknown variant/classifier/posemb, an image whose size is not divisible by the patch size, a
+        negative `num_registers`, or registers with positional attention.
     """
 
     num_classes: int | None
@@ -487,6 +542,7 @@ class VisionTransformer(nn.Module):
     remat_policy: str = "none"
     scan: bool = False
     gelu: str = "tanh"
+    num_registers: int = 0
 
     def arch(self) -> dict:
         """Resolved sizes: the variant's, with explicit fields overriding."""
@@ -516,11 +572,16 @@ class VisionTransformer(nn.Module):
         if self.classifier == "token":
             cls = self.param("cls", nn.initializers.zeros, (1, 1, a["width"]))
             x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (b, 1, 1)), x], axis=1)
+        if int(self.num_registers) < 0:
+            raise ValueError(f"model.num_registers {self.num_registers} must be 0 (none) or a positive count")
+        registers = (self.param("registers", nn.initializers.normal(1e-6), (1, int(self.num_registers), a["width"]))
+                     if self.num_registers else None)
         x, enc_out = Encoder(a["depth"], a["mlp_dim"], a["num_heads"], self.posemb, self.classifier == "token",
                              self.dropout, self.attention_dropout, self.dtype, self.attention,
                              self.positional_attention_blocks, self.add_posemb, self.skip_ablation,
-                             self.remat_policy, self.scan, gelu=self.gelu, name="Transformer")(x, grid, train)
-        out.update({k: v for k, v in enc_out.items() if return_attention or not k.startswith("attention/")})
+                             self.remat_policy, self.scan, gelu=self.gelu, name="Transformer")(x, grid, train, registers)
+        out.update({k: v for k, v in enc_out.items()
+                    if return_attention or not k.startswith(("attention/", "register_attention/"))})
         out["encoded"] = x
         x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
         if self.representation_size:
