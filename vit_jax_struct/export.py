@@ -59,7 +59,8 @@ def check_model(model: dict, fmt: str) -> None:
 
     Raises:
       ExportError: not a ViT; positional attention, `add_posemb=False` or skip ablations (no library has them);
-        sin-cos posemb outside big_vision; register tokens outside timm; a representation layer (`pre_logits`) for timm / hf; a GAP classifier
+        sin-cos posemb outside big_vision; register tokens outside timm; a representation layer (`pre_logits`) for
+        timm / hf; a GAP classifier
         for hf (transformers' ViT classifies the CLS token only); an erf GELU for vit_jax / big_vision.
     """
     name = model.get("name", "vit")
@@ -137,7 +138,8 @@ def hf_config(arch: dict, image_size: int, class_names=None) -> dict:
     return {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": arch["width"],
             "num_hidden_layers": arch["depth"], "num_attention_heads": arch["num_heads"],
             "intermediate_size": arch["mlp_dim"],
-            "hidden_act": "gelu_pytorch_tanh" if arch.get("gelu", "tanh") == "tanh" else "gelu", "hidden_dropout_prob": 0.0,
+            "hidden_act": "gelu_pytorch_tanh" if arch.get("gelu", "tanh") == "tanh" else "gelu",
+            "hidden_dropout_prob": 0.0,
             "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02, "layer_norm_eps": LAYER_NORM_EPS,
             "image_size": image_size, "patch_size": arch["patch_size"], "num_channels": 3, "qkv_bias": True,
             "encoder_stride": arch["patch_size"], "id2label": {str(i): c for i, c in enumerate(labels)},

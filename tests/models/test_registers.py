@@ -65,7 +65,7 @@ def test_registers_change_what_the_patches_see():
 
 def test_registers_with_positional_attention_are_refused_in_one_line():
     x = jnp.zeros((1, 16, 16, 3))
-    with pytest.raises(ValueError, match="num_registers=2 with model.attention='positional'"):
+    with pytest.raises(ValueError, match=r"num_registers=2 with model\.attention='positional'"):
         _model("token", 2, attention="positional").init(jax.random.PRNGKey(0), x)
     with pytest.raises(ValueError, match="num_registers -1"):
         _model("token", -1).init(jax.random.PRNGKey(0), x)

@@ -470,7 +470,7 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
     n_reg = int(np.shape(flat["registers"])[1]) if np.ndim(flat.get("registers")) == 3 else 0
     if n_reg and np.ndim(flat.get(POSEMB)) == 3:  # registers with a posemb entry (timm no_embed_class=False)
         n = int(np.shape(flat[POSEMB])[1])
-        square = lambda m: m >= 0 and math.isqrt(m) ** 2 == m  # noqa: E731
+        square = lambda m: m >= 0 and math.isqrt(m) ** 2 == m
         with_regs = (n - source_grid[0] * source_grid[1] in (n_reg, n_reg + 1) if source_grid else
                      not (square(n) or square(n - 1)) and (square(n - n_reg) or square(n - n_reg - 1)))
         if with_regs:

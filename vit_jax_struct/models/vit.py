@@ -473,7 +473,7 @@ def split_register_attention(weights, num_prefix: int, num_registers: int):
     p, r = num_prefix, num_registers
     if not r:
         return weights, weights[..., :0]
-    keep = lambda a, axis: jnp.concatenate(  # noqa: E731
+    keep = lambda a, axis: jnp.concatenate(
         [jax.lax.slice_in_dim(a, 0, p, axis=axis), jax.lax.slice_in_dim(a, p + r, a.shape[axis], axis=axis)],
         axis=axis)
     rows = keep(weights, -2)
@@ -579,7 +579,8 @@ class VisionTransformer(nn.Module):
         x, enc_out = Encoder(a["depth"], a["mlp_dim"], a["num_heads"], self.posemb, self.classifier == "token",
                              self.dropout, self.attention_dropout, self.dtype, self.attention,
                              self.positional_attention_blocks, self.add_posemb, self.skip_ablation,
-                             self.remat_policy, self.scan, gelu=self.gelu, name="Transformer")(x, grid, train, registers)
+                             self.remat_policy, self.scan, gelu=self.gelu, name="Transformer")(
+            x, grid, train, registers)
         out.update({k: v for k, v in enc_out.items()
                     if return_attention or not k.startswith(("attention/", "register_attention/"))})
         out["encoded"] = x
