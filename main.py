@@ -58,6 +58,10 @@ _TRACEBACK = flags.DEFINE_bool("traceback", False, "On a usage, config or run er
 USAGE_EXIT, INTERRUPTED_EXIT, PREEMPTED_EXIT = 2, 130, 143
 _PROBE = flags.DEFINE_integer("analysis_probe_examples", 2000, "analyze: train-split examples for the linear "
                               "probes (10-shot on 1,000 classes needs ≥ 12,500: 10 per class plus the held-out 20 %).")
+_OUTLIER_NORM = flags.DEFINE_float("outlier_norm", 150.0, "analyze: fixed norm threshold of high-norm patch tokens "
+                                   "(Darcet et al. 2024 use 150 for DINOv2 ViT-g/14).")
+_OUTLIER_K = flags.DEFINE_float("outlier_mad_k", 6.0, "analyze: robust high-norm threshold, median + k * 1.4826 * MAD "
+                                "of each block's patch-token norms.")
 
 
 def default_workdir(config_arg: str) -> str:
@@ -204,7 +208,7 @@ def _run():
             with compare_config.unlocked():
                 compare_config.init_from = _COMPARE_INIT.value
         analysis_run.run_from_flags(workdir, _COMPARE.value, explicit, _EXAMPLES.value, _BATCH.value,
-                                    compare_config, _PROBE.value)
+                                    compare_config, _PROBE.value, _OUTLIER_NORM.value, _OUTLIER_K.value)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
     res = run.analyze(vit_dir, compare=cnn_dir, num_examples=96, batch=32, probe_train_examples=120)
     out = os.path.join(vit_dir, "analysis")
     for f in ("cka.png", "cka_vs_cnn.png", "attention_distance.png", "posemb_similarity.png", "localization.png",
-              "probes.png", "skip_norms.png", "report.md", "analysis.json", "posemb_similarity_token_order.png"):
+              "probes.png", "skip_norms.png", "report.md", "analysis.json", "posemb_similarity_token_order.png",
+              "norm_outliers.png"):
         assert os.path.getsize(os.path.join(out, f)) > 0, f
     with open(os.path.join(out, "analysis.json")) as f:
         saved = json.load(f)
@@ -42,9 +43,13 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
     assert 0 <= saved["probes"]["block00/cls"]["full"] <= 1
     assert set(saved["skip_norm_ratios"]) == {"block00/mhsa/cls", "block00/mhsa/patches", "block00/mlp/cls",
                                               "block00/mlp/patches"}
+    no = saved["norm_outliers"]
+    assert set(no["blocks"]) == {"block00"} and no["analysis_block"] == "block00" and no["grid"] == [2, 2]
+    assert len(no["outliers"]["position_fraction"]) == 4 and no["outliers"]["tokens"] == 96 * 4
+    assert sum(no["blocks"]["block00"]["histogram"]) == 96 * 4  # every patch token (not CLS) binned once
     with open(os.path.join(out, "report.md")) as f:
         text = f.read()
-    assert "![CKA between layers](cka.png)" in text and "Locality" in text
+    assert "![CKA between layers](cka.png)" in text and "Locality" in text and "High-norm patch tokens" in text
     assert res["step"] == 3
     # Without the probes (the verdicts' analyses): the same measures, no probes, no stale probes.png.
     quick = run.analyze(vit_dir, compare=cnn_dir, num_examples=96, batch=32, probes=False)

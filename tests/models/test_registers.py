@@ -106,3 +106,41 @@ def test_export_to_a_layout_without_registers_is_refused():
     with pytest.raises(export.ExportError, match="no register tokens"):
         export.check_model({"name": "vit", "num_registers": 4}, "hf")
     assert torch_layouts.fold_cls_posemb({"x": np.zeros(1)}) == {"x": np.zeros(1)}
+
+
+def test_a_register_run_resumes_bitwise_and_its_timm_export_reloads_through_init_from(tmp_path, monkeypatch):
+    # The end-to-end path on the tiny digits run: `--config.model.num_registers=2` trains, a SIGTERM after the
+    # first checkpoint and a rerun give every logged loss of the uninterrupted run bitwise, and the timm export
+    # (`reg_tokens`, `no_embed_class`) loads back through `init_from` with the same logits.
+    import json
+    import os
+
+    from tests.conftest import sigterm_after_first_save, tiny_config
+    from vit_jax_struct.train import checkpoint, metrics, trainer
+
+    cfg = tiny_config(total_steps=6, checkpoint_every_steps=3, eval_every_steps=0, **{"model.num_registers": 2})
+    state_a, _ = trainer.train_and_evaluate(cfg, str(tmp_path / "a"))
+    assert state_a["params"]["registers"].shape == (1, 2, 32)
+    sigterm_after_first_save(monkeypatch)
+    with pytest.raises(trainer.Preempted):
+        trainer.train_and_evaluate(cfg, str(tmp_path / "b"))
+    monkeypatch.undo()
+    state_b, _ = trainer.train_and_evaluate(cfg, str(tmp_path / "b"))
+    losses = [{r["step"]: r["train/loss"] for r in metrics.read_metrics(tmp_path / d) if "train/loss" in r}
+              for d in ("a", "b")]
+    assert sorted(losses[0]) == list(range(1, 7)) and losses[0] == losses[1]
+    assert checkpoint.params_equal(state_a["params"], state_b["params"])
+
+    out = str(tmp_path / "reg.safetensors")
+    assert export.main([f"--workdir={tmp_path / 'a'}", "--format=timm", f"--out={out}"]) == 0
+    with open(out + ".json") as f:
+        kwargs = json.load(f)["timm"]["kwargs"]
+    assert kwargs["reg_tokens"] == 2 and kwargs["no_embed_class"] is True
+    ft = tiny_config(total_steps=2, **{"model.num_registers": 2, "init_from": out, "init_reinit": ""})
+    parts = trainer.build(ft)
+    loaded, _ = checkpoint.load_params(out, parts["abstract_state"]["params"], None,
+                                       checkpoint.official_options(ft, parts["model"]))
+    x = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (3, 8, 8, 3)).astype(np.float32))
+    f = jax.jit(lambda p: parts["model"].apply({"params": p}, x)[0])
+    np.testing.assert_allclose(np.asarray(f(loaded)), np.asarray(f(state_a["params"])), rtol=0, atol=1e-5)
+    assert os.path.getsize(out) > 0

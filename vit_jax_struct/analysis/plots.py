@@ -372,6 +372,10 @@ def redraw(workdir: str) -> list[str]:
         localization(m, (side, side), out, res.get("model", {}).get("classifier"),
                      res["localization"]["own_patch_fraction"])
         written.append(out)
+    if "norm_outliers" in res:
+        out = storage.join(workdir, "analysis", "norm_outliers.png")
+        norm_outliers(res["norm_outliers"], out)
+        written.append(out)
     return written
 
 
@@ -408,6 +412,55 @@ def skip_norms(r: dict, path):
     ax.set_ylabel("‖z‖ / ‖f(z)‖")
     ax.set_title("Skip-connection norm ratios")
     ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def norm_outliers(r: dict, path):
+    """High-norm patch tokens (Darcet et al. 2024 Fig. 3–4), from `analysis/outliers.py`'s result `r`: (left) per
+    block, the median, 99th percentile and maximum of the patch-token norms with the fixed threshold and each block's
+    robust one; (middle) the histogram of the last block's norms, log-spaced bins, counts on a log axis; (right) where
+    that block's outliers (above the robust threshold) sit: the fraction of images with an outlier at each position."""
+    blocks = r["blocks"]
+    names = sorted(blocks)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), gridspec_kw={"width_ratios": [1.2, 1.0, 0.9]})
+    ax = axes[0]
+    xs = range(len(names))
+    for key, style, label in (("median", "-", "median"), ("p99", "--", "99th percentile"), ("max", ":", "max"),
+                              ("robust_threshold", "-.", f"robust threshold (k = {r['mad_k']:g})")):
+        ax.plot(xs, [blocks[b][key] for b in names], style, marker="o", ms=3, label=label)
+    ax.axhline(r["threshold_fixed"], color="k", lw=0.8, label=f"fixed threshold {r['threshold_fixed']:g}")
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs), names, rotation=45, fontsize=7)
+    ax.set_xlabel("encoder block (output)")
+    ax.set_ylabel("patch-token L2 norm")
+    ax.set_title("Patch-token norms per block", fontsize=9)
+    ax.legend(fontsize=6, loc="lower right")
+    ax = axes[1]
+    last = r["analysis_block"]
+    edges = np.asarray(r["histogram_edges"])
+    counts = np.asarray(blocks[last]["histogram"], float)
+    ax.stairs(np.where(counts > 0, counts, np.nan), edges, fill=True, alpha=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.axvline(blocks[last]["robust_threshold"], ls="-.", color="C3", label="robust threshold")
+    ax.axvline(r["threshold_fixed"], color="k", lw=0.8, label="fixed threshold")
+    ax.set_xlabel("patch-token L2 norm")
+    ax.set_ylabel("tokens")
+    o = r["outliers"]
+    ax.set_title(f"{last}: {blocks[last]['fraction_above_robust']:.2%} above robust, "
+                 f"{blocks[last]['fraction_above_fixed']:.2%} above fixed", fontsize=9)
+    ax.legend(fontsize=6)
+    ax = axes[2]
+    m = np.asarray(o["position_fraction"], float).reshape(r["grid"])
+    im = ax.imshow(m, cmap="magma", vmin=0.0, vmax=max(float(m.max()), 1e-3))
+    ax.set_xlabel("patch column")
+    ax.set_ylabel("patch row")
+    cos = (f"neighbour cos {o['neighbour_cosine_outlier']:.2f} vs {o['neighbour_cosine_normal']:.2f} normal"
+           if o["neighbour_cosine_outlier"] is not None else "no outliers")
+    ax.set_title(textwrap.fill(f"{last} outliers: {o['count']} of {o['tokens']} tokens in "
+                               f"{o['images_with_outlier']} of {o['images']} images; {cos}", 48), fontsize=8)
+    fig.colorbar(im, ax=ax, label="fraction of images with an outlier here", shrink=0.8)
+    fig.suptitle("High-norm patch tokens (Darcet et al. 2024)", fontsize=10)
     _save(fig, path)
 
 
@@ -470,6 +523,28 @@ def report(results: dict, out_dir: str) -> str:
     if img("skip_norms.png", "Skip norm ratios"):
         lines += ["| block/branch/tokens | ‖z‖/‖f(z)‖ |", "|---|---|"]
         lines += [f"| {k} | {v:.2f} |" for k, v in results["skip_norm_ratios"].items()]
+        lines.append("")
+    if img("norm_outliers.png", "High-norm patch tokens"):
+        r = results["norm_outliers"]
+        lines += [f"Fixed threshold {r['threshold_fixed']:g}; robust threshold median + {r['mad_k']:g}·1.4826·MAD.", "",
+                  "| block | median | p99 | max | robust threshold | above robust | above fixed |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {b} | {v['median']:.3g} | {v['p99']:.3g} | {v['max']:.3g} | {v['robust_threshold']:.3g} | "
+                  f"{v['fraction_above_robust']:.2%} | {v['fraction_above_fixed']:.2%} |"
+                  for b, v in sorted(r["blocks"].items())]
+        o = r["outliers"]
+        lines.append("")
+        if o["count"]:
+            lines.append(f"{r['analysis_block']}: {o['count']} outlier tokens in {o['images_with_outlier']} of "
+                         f"{o['images']} images; patch-embedding cosine to the 4 neighbours "
+                         f"{o['neighbour_cosine_outlier']:.3f} (outliers) vs {o['neighbour_cosine_normal']:.3f} "
+                         f"(normal).")
+        for kind, p in o["position_probe"].items():
+            if isinstance(p, dict):
+                lines.append(f"- position probe on {kind} tokens: " + (
+                    f"top-1 {p['top1']:.3f} (chance {p['chance_top1']:.3f}), mean distance "
+                    f"{p['mean_distance_patches']:.2f} patches, {p['n_test']} test tokens" if "top1" in p
+                    else f"not fit ({p['reason']})"))
         lines.append("")
     path = storage.join(out_dir, "report.md")
     storage.write_text(path, "\n".join(lines) + "\n")

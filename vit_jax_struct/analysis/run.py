@@ -18,6 +18,10 @@ the model, and writes into `RUN/analysis/`:
 - `probes.png`: per-layer ridge probes (k-shot and full) on the CLS token and the mean of patch tokens (and, in
   the JSON, one probe per token position of the last block: all positions up to 17, else CLS + 16 spread evenly);
 - `skip_norms.png`: ‖z‖/‖f(z)‖ per block for the MHSA and MLP branches, CLS vs patch tokens (Raghu et al. §5);
+- `norm_outliers.png`: high-norm patch tokens (Darcet et al. 2024): the norm distribution per block, the fraction
+  above the fixed (`--outlier_norm`, 150 as the paper) and the robust (median + k·1.4826·MAD, `--outlier_mad_k`)
+  thresholds, where the last block's outliers sit, their patch embeddings' cosine similarity to the 4 neighbours and
+  linear position probes on outlier vs normal tokens (`analysis/outliers.py`);
 - `report.md`: one page linking the plots, with the numbers.
 """
 
@@ -34,7 +38,7 @@ import numpy as np
 from absl import logging
 
 from vit_jax_struct import storage
-from vit_jax_struct.analysis import attention, cka, localization, norms, plots, posemb, probes
+from vit_jax_struct.analysis import attention, cka, localization, norms, outliers, plots, posemb, probes
 from vit_jax_struct.data import permute, pipeline, preprocess, sources
 from vit_jax_struct.models import official, vit
 from vit_jax_struct.train import checkpoint, trainer
@@ -195,6 +199,10 @@ def make_summaries(model, *, is_vit: bool, has_cls: bool, grid=None, patch=None,
             res["norm_ratios"] = norms.norm_ratios(inter["intermediates"], has_cls, xp=jnp,
                                                    num_registers=int(getattr(model, "num_registers", 0) or 0))
             tokens = (last[:, 1:] if has_cls else last).astype(jnp.float32)  # [B, N, D] patch tokens
+            res["token_norms"] = {k: outliers.token_norms(out[k][:, 1:] if has_cls else out[k], xp=jnp)
+                                  for k in layers if k != "stem"}  # [B, N] per block, patch tokens only
+            res["neighbour_cosine"] = outliers.neighbour_cosine(out["stem"], grid, xp=jnp)  # [B, N]
+            res["patch_tokens"] = tokens
             b, h, w_, c = images.shape
             pch = images.reshape(b, h // patch, patch, w_ // patch, patch, c).transpose(0, 1, 3, 2, 4, 5)
             pch = pch.reshape(b, (h // patch) * (w_ // patch), patch * patch * c).astype(jnp.float32)
@@ -268,7 +276,8 @@ def cross_cka(workdir: str, compare: str, num_examples: int = 1024, batch: int =
 
 def analyze(workdir: str, compare: str | None = None, config=None, num_examples: int = 1024,
             batch: int = 256, probe_train_examples: int = 2000, seed: int = 0, compare_config=None,
-            probes: bool = True) -> dict:
+            probes: bool = True, outlier_norm: float = outliers.DEFAULT_THRESHOLD,
+            outlier_mad_k: float = outliers.DEFAULT_MAD_K) -> dict:
     """Runs every analysis that applies to the model; returns the numbers also written to `workdir/analysis/`.
 
     The model is the latest checkpoint of the run `workdir`, or — when `config.init_from` is set and `workdir`
@@ -281,12 +290,16 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     grow with the number of layers × tokens × examples (probe features: `examples × layers × kinds × D` floats).
 
     `probes=False` skips the per-layer linear probes (the slowest part: minutes for 100 classes on a CPU), e.g. for
-    the verdict measures, which do not use them.
+    the verdict measures, which do not use them. `outlier_norm` and `outlier_mad_k` are the fixed and the robust
+    (MAD multiple) thresholds of the high-norm token analysis (`analysis/outliers.py`, ViTs only).
 
     Raises:
       FileNotFoundError: no run checkpoint and no `config.init_from`, or unreadable files.
-      ValueError: a checkpoint that does not match its model; no batch of ≥ 4 examples.
+      ValueError: a checkpoint that does not match its model; no batch of ≥ 4 examples; `outlier_norm` or
+        `outlier_mad_k` ≤ 0 (before anything is read or written).
     """
+    if not (outlier_norm > 0 and outlier_mad_k > 0):
+        raise ValueError(f"--outlier_norm and --outlier_mad_k must be > 0, got {outlier_norm} and {outlier_mad_k}")
     from_file = config is not None and config.get("init_from") and not has_checkpoint(workdir)
     if from_file:
         config, parts, variables, step = load_checkpoint_file(config)
@@ -295,7 +308,6 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     model = parts["model"]
     is_vit = config.model.get("name", "vit") == "vit"
     out_dir = storage.join(workdir, "analysis")
-    storage.makedirs(out_dir)
     grid = patch = None
     if is_vit:
         patch = model.arch()["patch_size"]
@@ -326,13 +338,15 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     within, across = cka.MinibatchCKA(), cka.MinibatchCKA()
     dist = attention.AttentionDistance(grid, patch, has_cls) if is_vit else None
     loc = localization.Localization(patch) if is_vit else None
-    ratio_sums, n_batches = {}, 0
+    outl = outliers.NormOutliers(grid, outlier_norm, outlier_mad_k, seed=seed) if is_vit else None
+    ratio_sums, n_batches, seen = {}, 0, 0
     layer_names = other_names = None
     probe_test, labels_test = {}, []
     for images, labels in _batches(parts, num_examples, batch):
         res, names = summarize(variables, images)
         _collect(probe_test, res)
         labels_test.append(labels)
+        seen += len(images)
         if len(images) < 4:  # HSIC₁ needs ≥ 4 examples; the probes still use them
             continue
         layer_names = names["layers"]
@@ -347,10 +361,14 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
             loc.update_grams(res["loc_token_grams"], res["loc_patch_grams"])
             for k, v in res["norm_ratios"].items():
                 ratio_sums[k] = ratio_sums.get(k, 0.0) + float(v)
+            outl.update(res["token_norms"], res["neighbour_cosine"], res["patch_tokens"])
         n_batches += 1
         results["examples"] += len(images)
     if not n_batches:
-        raise ValueError(f"no analysis batch of ≥ 4 examples (num_examples={num_examples}, batch={batch})")
+        raise ValueError(f"no analysis batch of ≥ 4 examples: the eval split gave {seen} example(s) "
+                         f"(--analysis_examples={num_examples}, --analysis_batch={batch}); the CKA needs ≥ 4 per "
+                         f"batch: analyze a split with at least 4 images")
+    storage.makedirs(out_dir)
 
     title = storage.basename(workdir)
     results["cka"] = {"layers": layer_names, "matrix": within.result().tolist()}
@@ -373,6 +391,8 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
         plots.localization(m, grid, storage.join(out_dir, "localization.png"), config.model.get("classifier"), frac)
         results["skip_norm_ratios"] = {k: v / n_batches for k, v in ratio_sums.items()}
         plots.skip_norms(results["skip_norm_ratios"], storage.join(out_dir, "skip_norms.png"))
+        results["norm_outliers"] = outl.result()
+        plots.norm_outliers(results["norm_outliers"], storage.join(out_dir, "norm_outliers.png"))
         if config.model.get("posemb", "learn") == "learn":
             pe = posemb.posemb_patches(variables["params"], has_cls)
             perm = permute.load_permutation(workdir)
@@ -446,13 +466,14 @@ def _probes(train: dict, y_train, test: dict, y_test, num_classes, positions, la
 
 
 def run_from_flags(workdir: str, compare: str | None, config, num_examples: int, batch: int,
-                   compare_config=None, probe_train_examples: int = 2000):
+                   compare_config=None, probe_train_examples: int = 2000,
+                   outlier_norm: float = outliers.DEFAULT_THRESHOLD, outlier_mad_k: float = outliers.DEFAULT_MAD_K):
     """Entry for `main.py --mode=analyze` (one process); see `analyze`."""
     if jax.process_count() > 1:
         raise ValueError("--mode=analyze runs on one process; run it on one host")
     if compare and compare_config is not None:
         raise ValueError("give either --compare=RUN or --compare_config (with --compare_init_from), not both")
     res = analyze(workdir, compare, config, num_examples, batch, probe_train_examples,
-                  compare_config=compare_config)
+                  compare_config=compare_config, outlier_norm=outlier_norm, outlier_mad_k=outlier_mad_k)
     logging.info("analysis written to %s", storage.join(workdir, "analysis"))
     return res
