@@ -113,3 +113,16 @@ def test_analyze_published_vit_file_against_bit_file_without_training(tmp_path):
     np.testing.assert_allclose(saved["posemb"]["locality_spearman"], want, rtol=1e-6)
     assert len(saved["attention_distance_pixels"]["block01"]) == 2
     assert {"block01/cls", "block01/token00", "block01/token16"} <= set(saved["probes"])
+
+
+def test_analyze_with_fewer_than_4_images_says_how_many_the_split_gave_and_writes_nothing(tmp_path):
+    import pytest
+
+    workdir = str(tmp_path / "run")
+    cfg = tiny_config(total_steps=2, checkpoint_every_steps=2, eval_every_steps=0)
+    trainer.train_and_evaluate(cfg, workdir)
+    # Three images reach the analysis (as a `:runlocal` config's two sample photos would): too few for the CKA.
+    with pytest.raises(ValueError, match=r"the eval split gave 3 example\(s\) \(--analysis_examples=3, "
+                                         r"--analysis_batch=256\)"):
+        run.analyze(workdir, num_examples=3)
+    assert not os.path.exists(os.path.join(workdir, "analysis"))
