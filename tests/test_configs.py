@@ -151,7 +151,9 @@ def test_cifar100_sweep_arms_build_with_the_positive_control_and_seed_major_orde
     root = write_image_folder(tmp_path / "data", classes=("a", "b"), per_class=2, size=32)
     sw = sweep.load_sweep(os.path.join(ROOT, "configs/sweeps/cifar100_permuted.py") + f":steps=8,cnn_steps=8,root={root}")
     names = [r["name"] for r in sw["runs"]]
-    assert len(names) == 3 * 12 + 2 and names[0] == "vit_original,seed=0" and names[12] == "vit_original,seed=1"
+    assert len(names) == 3 * 13 + 2 and names[0] == "vit_original,seed=0" and names[13] == "vit_original,seed=1"
+    assert next(r for r in sw["runs"] if r["name"] == "vit_reg4,seed=1")["overrides"] == {
+        "seed": 1, "model.num_registers": 4}
     control = next(r for r in sw["runs"] if r["name"] == "vit_permuted4,seed=2")
     assert control["overrides"] == {"seed": 2, "data.permute_patches": True, "data.permutation_patch_size": 4}
     # J3's finer blocks: each CNN at 4-px blocks as well as at its 8-px ones (the default grain)
@@ -161,7 +163,7 @@ def test_cifar100_sweep_arms_build_with_the_positive_control_and_seed_major_orde
     # J4 over permutations: permutation k for seed k, seeds 1-2 only (seed 0 is vit_permuted8,seed=0 itself).
     assert {r["name"]: r["overrides"]["data.permutation_seed"] for r in sw["runs"][-2:]} == {
         "vit_permuted8pi,seed=1": 1, "vit_permuted8pi,seed=2": 2}
-    for run in sw["runs"][:12]:
+    for run in sw["runs"][:13]:
         path, _, arg = run["config"].partition(":")
         c = load(path, arg)
         apply_overrides(c, {**sw["overrides"], **run["overrides"]})

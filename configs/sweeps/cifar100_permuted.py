@@ -24,6 +24,10 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
   the scoreboard labels its permutation "patch, π seed k";
 - `vit_positional` (J1: positional attention in every block, as Jelassi et al. §6), `vit_gap` (R5/R8: GAP classifier), `vit_skip3` (R3/R4:
   both residuals of block 3 of 6 removed): further catalog rows against the same `vit_original` baseline;
+- `vit_reg4`: 4 register tokens (`model.num_registers=4`; Darcet et al. 2024, "Vision Transformers Need Registers"):
+  the D1 row (high-norm patch tokens with and without registers, accuracy, localization margin) against the same
+  `vit_original`; added after the other arms' 1,000-step results existed, before any run of the `regime` setting
+  finished; 3 seeds as every arm;
 - `cnn_{resnet18,vgg19}_{original,permuted8,permuted4}`: J3's CNNs (16 channels in the first stage, `cnn_steps`),
   unpermuted, 8-px and 4-px blocks (the paper's Fig. 5 is a curve over block sizes: the finer, the larger the loss;
   the 4-px arms were added after the 8-px results existed, 3 seeds as for every arm; their rule was committed before
@@ -63,7 +67,9 @@ def get_sweep(arg=None):
             # Further rows that share the unpermuted baseline (same data, model and budget): J1, R5/R8, R3/R4.
             ("vit_positional", vit, {"model.attention": "positional"}),
             ("vit_gap", vit, {"model.classifier": "gap"}),
-            ("vit_skip3", vit, {"model.skip_ablation": "3:both"})]
+            ("vit_skip3", vit, {"model.skip_ablation": "3:both"}),
+            # Darcet et al. 2024 (registers; issue 40): 4 register tokens, the same model otherwise.
+            ("vit_reg4", vit, {"model.num_registers": 4})]
     for model in ("resnet18", "vgg19"):
         cnn = f"configs/cifar10_vit.py:model={model},steps={a.cnn_steps}"
         extra = {"model.width": a.cnn_width}
