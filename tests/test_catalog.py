@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_catalog_covers_every_row_with_commands():
     ids = [r.id for r in catalog.ROWS]
-    assert ids == [f"J{i}" for i in range(1, 11)] + [f"R{i}" for i in range(1, 9)]
+    assert ids == [f"J{i}" for i in range(1, 11)] + [f"R{i}" for i in range(1, 9)] + ["D1"]
     for r in catalog.ROWS:
         assert r.claim and r.number and r.knob, r.id
         assert r.small.startswith("python ") and (r.full.startswith("python ") or r.full.startswith("same")), r.id
@@ -24,7 +24,7 @@ def test_catalog_covers_every_row_with_commands():
             assert os.path.exists(os.path.join(ROOT, p)), p
         text = " ".join((r.small, r.full, r.knob, r.pending))
         assert "DESIGN" not in text and "../shared" not in text and "shared/" not in text
-    assert {c.id for c in catalog.COMPARISONS} == {"J1", "J2", "J2+", "J3", "J3fine", "R3", "R5acc"}
+    assert {c.id for c in catalog.COMPARISONS} == {"J1", "J2", "J2+", "J3", "J3fine", "R3", "R5acc", "D1acc"}
 
 
 def test_catalog_is_data_that_imports_nothing_of_the_package():

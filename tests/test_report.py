@@ -36,6 +36,8 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     for seed, acc in enumerate((0.50, 0.52, 0.49)):
         _run(root, f"sub{seed}", acc, seed=seed, permute_patches=True, permutation_patch_size=4)
     _run(root, "pos0", 0.50, attention="positional")
+    for seed, acc in enumerate((0.58, 0.63, 0.60)):  # D1acc: 4 register tokens, never part of the baseline arm
+        _run(root, f"reg{seed}", acc, seed=seed, num_registers=4)
     _run(root, "other_budget", 0.9, steps=999, attention="positional")  # a budget nobody declared: smoke
     cnn = {"name": "resnet", "depth": 18}
     for seed, (a, b) in enumerate(((0.70, 0.50), (0.72, 0.46), (0.71, 0.48))):
@@ -46,7 +48,7 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
         _run(root, f"rn_perm4_{seed}", (0.40, 0.38, 0.41)[seed], seed=seed, model=dict(cnn), permute_patches=True,
              permutation_patch_size=4)
     runs = report.mark(report.find_runs([root]))
-    assert len(runs) == 21 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
+    assert len(runs) == 24 and {r["model"] for r in runs} == {"ViT-Ti/8", "ResNet-18"}
     perms = {os.path.basename(r["run"]): r["permutation"] for r in runs}
     assert (perms["perm0"], perms["perm_pi1"], perms["rn_perm0"]) == ("patch", "patch, π seed 1", "8px")
     assert [r["run"] for r in runs if r["smoke"]] == [os.path.join(root, "other_budget")]
@@ -70,6 +72,9 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
         pytest.approx(ci.low), pytest.approx(ci.high), pytest.approx(ref.df))
     assert j2["status"] == "inconclusive" and "margin" in j2["reason"]  # the interval crosses ±1 point
     assert rows["J2+"]["status"] == "reproduced"
+    assert rows["D1acc"]["effect"].delta == pytest.approx((58 + 63 + 60 - 60 - 62 - 61) / 3)
+    assert sorted(os.path.basename(w) for w in rows["D1acc"]["runs"]) == ["base0", "base1", "base2", "reg0", "reg1",
+                                                                          "reg2"]
     assert rows["J2+"]["effect"].delta == pytest.approx((50 + 52 + 49 - 60 - 62 - 61) / 3)
     assert rows["J1"]["status"] == "inconclusive" and rows["J1"]["effect"] is None  # one seed: no interval
     assert j3["8px"]["status"] == "reproduced" and j3["8px"]["effect"].delta == pytest.approx(-23.0)
@@ -80,7 +85,7 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
     assert "| J3 |" in text and "python launch/sweep.py" in text and "**reproduced**" in text
     assert "1 smoke or unfinished run(s)" in text
     with open(csv_path) as f:
-        assert f.read().count("\n") == 22
+        assert f.read().count("\n") == 25
     with open(os.path.join(tmp_path, "out", "verdicts.json")) as f:
         assert {v["id"] for v in json.load(f)} == set(rows)
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0

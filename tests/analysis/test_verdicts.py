@@ -190,3 +190,33 @@ def test_distance_rank_kept_is_one_for_grid_symmetries_and_chance_for_random_per
     assert abs(m) < 3 * sd / np.sqrt(300) + 1e-9 and 0.03 < sd < 0.3
     with pytest.raises(ValueError, match="permutation of the 16 positions"):
         posemb.distance_rank_kept([0, 0] + list(range(2, 16)), (4, 4))
+
+
+def test_d1_inputs_judge_the_baseline_outlier_fraction_and_the_register_arm_against_it(monkeypatch):
+    from vit_jax_struct.analysis import localization
+
+    def res(frac, diag):
+        m = np.full((4, 4), 0.1)
+        np.fill_diagonal(m, diag)
+        return {"norm_outliers": {"analysis_block": "block05", "blocks": {"block05": {"fraction_above_robust": frac}}},
+                "localization": {"matrix": m.tolist()}}
+
+    base = {0: "b0", 1: "b1", 2: "b2"}
+    reg = {0: "r0", 1: "r1", 2: "r2"}
+    results = {"b0": res(0.001, 0.5), "b1": res(0.002, 0.6), "b2": {"localization": res(0, 0.7)["localization"]},
+               "r0": res(0.0, 0.4), "r1": res(0.003, 0.5), "r2": res(0.001, 0.6)}
+    arms = {verdicts.BASE: base, (*verdicts.BASE[:5], 4): reg}
+    rows = {r["key"]: r for r in verdicts.d1_inputs(arms, results, " (cifar100)")}
+    assert sorted(rows) == ["D1", "D1loc", "D1reg"]
+    # b2's analysis predates the outlier measures: left out of D1 and D1reg, kept in D1loc.
+    assert rows["D1"]["treatment"] == [0.001, 0.002] and rows["D1"]["method"] == "one-sample"
+    assert rows["D1"]["runs"] == ["b0", "b1"] and rows["D1"]["null"] == 0.0
+    assert rows["D1reg"]["treatment"] == [0.0, 0.003, 0.001] and rows["D1reg"]["baseline"] == [0.001, 0.002]
+    assert rows["D1loc"]["treatment"] == pytest.approx([localization.margin(results[w]["localization"]["matrix"])
+                                                        for w in ("r0", "r1", "r2")])
+    assert rows["D1loc"]["baseline"] == pytest.approx([0.4, 0.5, 0.6])  # own patch 0.1 + d, others 0.1
+    assert "4 register tokens vs none" in rows["D1reg"]["comparison"]
+    # The register arm is D1's alone: verdict_inputs judges nothing else on it (no R4/R5/J4 entry from it).
+    monkeypatch.setattr(verdicts, "sweep_label", lambda w: "cifar100")
+    other = [r for r in verdicts.verdict_inputs(arms, results) if any(w.startswith("r") for w in r["runs"])]
+    assert sorted(r["key"] for r in other) == ["D1loc", "D1reg"]

@@ -3,6 +3,8 @@
 Rows J1–J10: Jelassi, Sander & Li 2022, "Vision Transformers provably learn spatial structure" (NeurIPS).
 Rows R1–R8: Raghu, Unterthiner, Kornblith, Zhang & Dosovitskiy 2021, "Do Vision Transformers See Like
 Convolutional Neural Networks?" (NeurIPS).
+Row D1: Darcet, Oquab, Mairal & Bojanowski 2024, "Vision Transformers Need Registers" (ICLR), the work closest to
+Jelassi et al. on how ViTs use (and stop using) spatial structure.
 
 Each `Row` has the paper's claim and number, the knob (config keys), a small-scale command (CPU, minutes to tens of
 minutes) and a full-scale one (the papers' setting; an accelerator), result pages and plots under `docs/results/`,
@@ -20,6 +22,7 @@ import dataclasses
 
 JELASSI = "Jelassi, Sander & Li 2022"
 RAGHU = "Raghu et al. 2021"
+DARCET = "Darcet, Oquab, Mairal & Bojanowski 2024"
 
 SWEEP100 = ("python launch/sweep.py --sweep=configs/sweeps/cifar100_permuted.py --root=runs/cifar100_permuted --run "
             "--jobs=2")
@@ -80,7 +83,7 @@ class Row:
     """One catalog row. `plots`/`results` are paths relative to the repository root."""
 
     id: str
-    paper: str           # JELASSI or RAGHU
+    paper: str           # JELASSI, RAGHU or DARCET
     section: str         # where in the paper
     title: str
     claim: str           # what the paper finds
@@ -338,7 +341,25 @@ ROWS = (
         plots=("docs/results/runs/cifar100/vit_gap,seed=0/analysis/cka_vs_vit_original,seed=1.png",),
         results=("docs/results/scoreboard.md",),
         pending=("the paper's setting: ViT-B/32 GAP vs CLS on JFT. The judged metric is the last block's CKA "
-                 f"(where the paper finds the difference); earlier blocks are not judged. {R8_GRID8}"))
+                 f"(where the paper finds the difference); earlier blocks are not judged. {R8_GRID8}")),
+    Row("D1", DARCET, "§2, Figures 3–4, Tables 1–2", "register tokens and high-norm patch tokens",
+        "large, long-trained ViTs (DINOv2, OpenCLIP, DeiT-III) turn a few redundant background patches into "
+        "high-norm tokens that hold global rather than local information; they appear only in the large models "
+        "(ViT-L/H/g) after about a third of training; a few learned register tokens remove them without hurting "
+        "downstream performance",
+        "DINOv2 ViT-g/14: ≈ 2.4 % of patch tokens above norm 150, from about block 15 of 40; none in the smaller "
+        "models (Fig. 4); with registers the outliers go and performance holds (Table 2); LOST object discovery "
+        "with DINOv2 35.3 → 55.4 corloc",
+        "`model.num_registers=4`; analysis `norm_outliers` (`--outlier_norm`, `--outlier_mad_k`)",
+        f"{SWEEP100} --only=vit_original --only=vit_reg4 && {VERDICTS}",
+        "python main.py --mode=analyze --config=configs/vit_b16.py:folder=IMAGENET --config.data.eval_split=val "
+        "--config.init_from=WEIGHTS --workdir=OUT  # published large ViTs with and without registers (DINOv2, "
+        "DeiT-III, OpenCLIP in timm layout; docs/published_models.md), the model config matching the weights",
+        comparisons=("D1acc",), results=("docs/results/scoreboard.md",),
+        pending="the register arm's three seeds at the trained-model setting (`configs/sweeps/cifar100_permuted.py:"
+                "regime`, ≈ 1 h a run on one CPU core); the paper's own setting — DINOv2 / OpenCLIP / DeiT-III at "
+                "ViT-L and above, hundreds of epochs — is an accelerator's, and its published checkpoints are "
+                "analysed by the command above"),
 )
 
 COMPARISONS = (
@@ -352,6 +373,7 @@ COMPARISONS = (
                baseline={"permutation": "8px"}),
     Comparison("R3", "R3", "skip connections removed in a middle block (ViT)", "vit", {"skip_ablation": "*"}),
     Comparison("R5acc", "R5acc", "GAP vs CLS classifier (ViT), accuracy", "vit", {"classifier": "gap"}),
+    Comparison("D1acc", "D1acc", "4 register tokens vs none (ViT), accuracy", "vit", {"registers": 4}),
 )
 
 J4_METRIC = "Spearman locality of the posemb cosine similarity"
@@ -483,6 +505,24 @@ JUDGEMENTS = {
                        "parity, and tuned GAP's learning rate to 3e-4); our own no-effect margin of ±1 point, with GAP "
                        "at the CLS learning rate 1e-3 — context for R5, not a test of it",
                        history=(AFTER_READ + ": the ±1-point margin")),
+    # D1: fixed with the register arm, before any of its runs (or a norm-outlier analysis of a sweep run) existed.
+    "D1": Judgement("D1", "fraction of final-block patch tokens with norm above median + 6·1.4826·MAD of that "
+                    "block's norms (no register tokens)", "fraction − 0", "none", "fraction", margin=0.005,
+                    caveat="the paper's claim at this scale is an absence (high-norm tokens only in ViT-L and larger, "
+                    "Fig. 4): 'reproduced' means fewer than half a percent of the tokens (a fifth of DINOv2 ViT-g's "
+                    "2.4 %) sit in the robust tail, not that registers were needed"),
+    "D1acc": Judgement("D1", ACC, "4 register tokens − none", "none", "points", margin=1.0,
+                       caveat="the paper's Table 2 is downstream performance of large models with and without "
+                       "registers; our ±1-point margin is the one every accuracy row here uses"),
+    "D1reg": Judgement("D1", "fraction of final-block patch tokens above the robust norm threshold",
+                       "4 register tokens − none", "none", "fraction", margin=0.005,
+                       expected="a check the paper did not run at this scale: with no high-norm tokens to take over, "
+                       "registers should leave the tail as it is (no effect, ±0.005)"),
+    "D1loc": Judgement("D1", "localization margin of the final block (R5's measure)", "4 register tokens − none",
+                       "none", "CKA", margin=0.05,
+                       expected="a measure the paper did not report (its LOST corloc is on DINOv2): registers take "
+                       "global work off the patch tokens, so their localization should not fall; no effect inside "
+                       "±0.05 CKA, half the CLS baseline's margin at 1,000 steps"),
     "R6": Judgement("R6", "10-shot ridge-probe accuracy of the pre-logits on a task never seen in pretraining",
                     "subset (the 10 % or 30 % the comparison names) − 100 % of the pretraining data", "negative", "points",
                     caveat="the direction is comparable, not the size: the paper's gap is about 30 points between "
@@ -508,7 +548,7 @@ BY_ID = {r.id: r for r in ROWS}
 HEADLINE = {"J1": ("J1",), "J2": ("J2",), "J3": ("J3", "J3fine"), "J4": ("J4", "J4order", "J4pi", "J4piorder"),
             "J5": ("J5", "J5err", "J5assoc"), "J6": ("J6", "J6mass"), "J7": ("J7",), "J8": ("J8",), "J9": ("J9",), "J10": ("J10", "J10err"), "R1": ("R1",),
             "R2": ("R2", "R2local"), "R3": ("R3",), "R4": ("R4",), "R5": ("R5",), "R6": ("R6",), "R7": ("R7",),
-            "R8": ("R8",)}
+            "R8": ("R8",), "D1": ("D1", "D1acc")}
 # Jelassi et al. Fig. 5 (CIFAR-100, read off the plot): top-1 accuracy (%) of each CNN vs the side of the permuted
 # pixel blocks; a 32-px block is the whole image, i.e. unpermuted. Drawn beside ours by `report.write_block_size`.
 J3_PAPER_FIG5 = {"ResNet-18": {2: 57.0, 4: 66.0, 8: 73.0, 16: 78.0, 32: 80.0},
@@ -541,5 +581,5 @@ def expected(key: str) -> str:
 
 def paper_says(row_ids) -> str:
     """The papers' numbers for the given rows, `"<number> (<paper> <section>)"` joined by "; "."""
-    short = {JELASSI: "Jelassi et al.", RAGHU: "Raghu et al."}
+    short = {JELASSI: "Jelassi et al.", RAGHU: "Raghu et al.", DARCET: "Darcet et al."}
     return "; ".join(f"{BY_ID[i].number} ({short[BY_ID[i].paper]} {BY_ID[i].section})" for i in row_ids)

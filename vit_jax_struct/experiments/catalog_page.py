@@ -56,6 +56,7 @@ def baseline_top1(dataset: str, model: str,
                if r["dataset"] == dataset and r["model"] == model
                and (not vit or (r["attention"] == "standard" and r["classifier"] == "token"))
                and r["skip_ablation"] == "-" and r["permutation"] == "none"
+               and r.get("registers", "0") in ("0", "-", "")
                and float(r["train_fraction"]) == 1.0 and r["smoke"] == "False" and not r["duplicate_of"]
                and r["eval/accuracy"]]
     return f"{100 * sum(acc) / len(acc):.1f} % (n={len(acc)})" if acc else "not run"
@@ -177,7 +178,8 @@ def render(verdicts_path: str = VERDICTS) -> str:
              "vit_jax_struct/experiments/catalog.py and docs/results/verdicts.json; do not edit -->", "",
              *found_table(by_row),
              f"Rows J1–J10: {catalog.JELASSI}, *Vision Transformers provably learn spatial structure*. Rows R1–R8: "
-             f"{catalog.RAGHU}, *Do Vision Transformers See Like Convolutional Neural Networks?*. Small-scale "
+             f"{catalog.RAGHU}, *Do Vision Transformers See Like Convolutional Neural Networks?*. Row D1: "
+             f"{catalog.DARCET}, *Vision Transformers Need Registers*. Small-scale "
              "commands run on a CPU; full-scale commands are the papers' setting and need an accelerator.", "",
              f"**Scale.** {scale}", "",
              f"**What came before.** {catalog.HISTORY}", "",

@@ -35,8 +35,8 @@ from vit_jax_struct import storage
 from vit_jax_struct.experiments import catalog, stats
 from vit_jax_struct.train import metrics
 
-COLUMNS = ("run", "dataset", "model", "attention", "classifier", "skip_ablation", "permutation", "train_fraction",
-           "seed", "steps", "eval/accuracy", "smoke", "duplicate_of", "device", "dtype", "code")
+COLUMNS = ("run", "dataset", "model", "attention", "classifier", "skip_ablation", "registers", "permutation",
+           "train_fraction", "seed", "steps", "eval/accuracy", "smoke", "duplicate_of", "device", "dtype", "code")
 
 
 def _model_name(m: dict) -> str:
@@ -101,6 +101,7 @@ def read_run(workdir: str) -> dict | None:
             "dataset": _dataset(d), "attention": m.get("attention", "standard") if "variant" in m else "-",
             "classifier": m.get("classifier", "-"),
             "skip_ablation": m.get("skip_ablation") or "-", "permutation": _permutation(m, d),
+            "registers": int(m.get("num_registers") or 0) if "variant" in m else "-",
             "train_fraction": d.get("train_fraction") or 1.0, "seed": cfg.get("seed", 0), "steps": step,
             "total_steps": int(cfg.get("total_steps", step)), "eval/accuracy": acc,
             "training_key": stats.training_key(cfg), "eval_examples": d.get("eval_examples") or 0}
@@ -134,7 +135,7 @@ def mark(runs: list[dict]) -> list[dict]:
 
 
 BASE = {"attention": "standard", "classifier": "token", "skip_ablation": "-", "permutation": "none",
-        "train_fraction": 1.0}
+        "train_fraction": 1.0, "registers": 0}
 
 
 def _matches(run, knobs) -> bool:

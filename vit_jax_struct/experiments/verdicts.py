@@ -1,4 +1,5 @@
-"""Representation verdicts of a sweep's runs (J4, R4, R5, R8): analyses on every seed, per-seed values for the report.
+"""Representation verdicts of a sweep's runs (J4, R4, R5, R8, D1): analyses on every seed, per-seed values for the
+report.
 
     python -m vit_jax_struct.experiments.verdicts --runs=SWEEP_ROOT --out=docs/results/analysis/verdicts.json
 
@@ -23,6 +24,10 @@ values of each judged row (`catalog.JUDGEMENTS`):
   (ViT seed s, ResNet seed s) of the sweep's unpermuted CLS ViT and ResNet runs (`analysis_run.cross_cka`, stored
   in the ViT run's `analysis/cross_cka/`); Raghu et al. Fig. 1–2: ViT's lowest layers resemble the ResNet's middle
   ones more than its lowest (one-sample t over the pairs, null 0);
+- D1 (Darcet et al. 2024, registers): the fraction of final-block patch tokens whose norm is above median +
+  6·1.4826·MAD of that block's norms (`analysis/outliers.py`) in the baseline arm, against 0 (high-norm tokens at
+  this scale?); with a register arm (`model.num_registers`), D1reg — the same fraction — and D1loc — R5's
+  localization margin — register arm against the baseline (`d1_inputs`);
 - data-size arms (`data.train_fraction` < 1, CLS, standard attention) against the full-data CLS runs:
   R2 — the mean attention distance (pixels) of the heads of the first third of the blocks, and R2local — the
   fraction of those heads whose mean distance is below 75 % of uniform attention's (`uniform_attention_distance`);
@@ -168,7 +173,7 @@ def r1_inputs(cross: dict, label: str = "") -> list[dict]:
 
 def find_arms(root: str) -> dict:
     """`{arm: {seed: workdir}}` of the finished ViT runs below `root`; arm = (attention, classifier, skip_ablation,
-    permutation). Smoke runs (step budgets the catalog does not declare) are left out."""
+    permutation, train fraction, register tokens). Smoke runs (step budgets the catalog does not declare) are left out."""
     arms: dict = {}
     for d in storage.find_folders_with(root, "config.json", skip=("checkpoints", "analysis")):
         if not storage.exists(storage.join(d, "final_metrics.json")):
@@ -176,7 +181,8 @@ def find_arms(root: str) -> dict:
         r = report.read_run(d)
         if r is None or r["family"] != "vit" or report.mark([r])[0]["smoke"]:
             continue
-        key = (r["attention"], r["classifier"], r["skip_ablation"], r["permutation"], float(r["train_fraction"]))
+        key = (r["attention"], r["classifier"], r["skip_ablation"], r["permutation"], float(r["train_fraction"]),
+               int(r.get("registers") or 0))
         arms.setdefault(key, {})[int(r["seed"])] = d
     return arms
 
@@ -198,7 +204,8 @@ def analysis_plan(got: dict | None, ref: str | None, run_has_checkpoint: bool,
 
     `got` is the run's `analysis/analysis.json` (None if missing), `ref` the reference run the verdicts want it
     compared with (R7/R8; None: none). An analysis is current when it has the posemb null and was compared with
-    `ref`. A stale one is recomputed only where the run still has a checkpoint; an archived run (small files only)
+    `ref` (one made before the high-norm token measures existed is current too: D1 leaves its run out rather than
+    lose an archived pair). A stale one is recomputed only where the run still has a checkpoint; an archived run (small files only)
     keeps the analysis it has. Where `ref` has no checkpoint (archived), the run is analysed without a cross-seed
     CKA (`compare` None: its R7/R8 pair is left out, never compared with another reference), and an analysis made
     so is current. Raises nothing: a missing analysis of a run without a checkpoint is left to `analyze` to report.
@@ -211,7 +218,8 @@ def analysis_plan(got: dict | None, ref: str | None, run_has_checkpoint: bool,
     return (not current and run_has_checkpoint), compare
 
 
-BASE = ("standard", "token", "-", "none", 1.0)  # the baseline arm: CLS, standard attention, intact, all the data
+BASE = ("standard", "token", "-", "none", 1.0, 0)  # the baseline arm: CLS, standard attention, intact, all the data,
+# no register tokens
 
 
 def reference_run(seed: int, base: dict, refs: dict | None = None) -> str | None:
@@ -404,16 +412,66 @@ def j4_inputs(runs: list[str], res: list[dict], what: str, label: str = "",
              "note": f"per seed: {fmt(order)}" + shared_with}]
 
 
+def _registers(key: tuple) -> int:
+    """The register tokens of an arm key (`find_arms`); 0 for a key without the entry."""
+    return int(key[5]) if len(key) > 5 else 0
+
+
+def outlier_fraction(res: dict) -> float | None:
+    """D1's measure from an `analysis.json` dict: the fraction of final-block patch tokens above the robust norm
+    threshold (median + k·1.4826·MAD, `analysis/outliers.py`); None for an analysis made before it existed."""
+    o = res.get("norm_outliers")
+    return None if o is None else float(o["blocks"][o["analysis_block"]]["fraction_above_robust"])
+
+
+def _loc_margin(res: dict) -> float:
+    """R5's localization margin of an `analysis.json` dict (`localization.margin`)."""
+    return float(localization.margin(res["localization"]["matrix"]))
+
+
+def d1_inputs(arms: dict, results: dict, label: str = "") -> list[dict]:
+    """Darcet et al. 2024 (D1): whether high-norm patch tokens appear at this scale — the baseline arm's outlier
+    fraction against 0 (one-sample t) — and what register tokens change: the outlier fraction (D1reg) and the
+    localization margin (D1loc) of each register arm (CLS, standard attention, intact, unpermuted, all the data)
+    against the baseline (Welch t). Runs whose analysis predates the outlier measures are left out of D1/D1reg."""
+    base = arms.get(BASE, {})
+    base_runs = [base[s] for s in sorted(base)]
+    out = []
+    fb = [f for f in (outlier_fraction(results[w]) for w in base_runs) if f is not None]
+    if fb:
+        out.append({"key": "D1", "comparison": f"no register tokens: fraction of final-block patch tokens above "
+                    f"median + 6·1.4826·MAD of their norms{label}", "treatment": fb, "null": 0.0,
+                    "method": "one-sample", "baseline_label": "0 (no high-norm tokens)",
+                    "runs": [w for w in base_runs if outlier_fraction(results[w]) is not None]})
+    for key, by_seed in sorted(arms.items()):
+        if not _registers(key) or key[:5] != BASE[:5] or not base:
+            continue
+        runs = [by_seed[s] for s in sorted(by_seed)]
+        ft = [f for f in (outlier_fraction(results[w]) for w in runs) if f is not None]
+        if ft and fb:
+            out.append({"key": "D1reg", "comparison": f"{_registers(key)} register tokens vs none: fraction of "
+                        f"final-block patch tokens above the robust norm threshold{label}", "treatment": ft, "baseline": fb,
+                        "method": "welch", "runs": runs + base_runs})
+        out.append({"key": "D1loc", "comparison": f"{_registers(key)} register tokens vs none: localization margin "
+                    f"of the final block{label}", "treatment": [_loc_margin(results[w]) for w in runs],
+                    "baseline": [_loc_margin(results[w]) for w in base_runs], "method": "welch",
+                    "runs": runs + base_runs})
+    return out
+
+
 def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[dict]:
-    """The per-seed values of J4, R2, R4, R5, R6, R7 and R8 (`report.verdicts_from_file` format); `refs`: the
+    """The per-seed values of J4, R2, R4, R5, R6, R7, R8 and D1 (`report.verdicts_from_file` format); `refs`: the
     retrained baseline runs that R7/R8 pairs may use (`_paired_cka`)."""
     base = arms.get(BASE, {})
     base_runs = [base[s] for s in sorted(base)]
     label = f" ({sweep_label(base_runs[0])})" if base_runs else ""
     out = []
+    out += d1_inputs(arms, results, label)
     for key, by_seed in sorted(arms.items()):
         runs = [by_seed[s] for s in sorted(by_seed)]
         res = [results[w] for w in runs]
+        if _registers(key):  # register tokens: D1's arm only (d1_inputs)
+            continue
         if key[4] < 1.0 and key[:4] == BASE[:4] and base:  # a data-size arm: R2, R2local, R6, R7
             pct = f"{100 * key[4]:g} %"
             for name, idx, what in (("R2", 0, "mean attention distance of the early heads"),
