@@ -166,7 +166,7 @@ class NormOutliers:
     """
 
     def __init__(self, grid, threshold: float = DEFAULT_THRESHOLD, mad_k: float = DEFAULT_MAD_K,
-                 probe_images: int = 512, seed: int = 0):
+                 probe_images: int = 256, seed: int = 0):
         if not threshold > 0:
             raise ValueError(f"the outlier norm threshold must be > 0, got {threshold}")
         if not mad_k > 0:
