@@ -166,7 +166,9 @@ def make_summaries(model, *, is_vit: bool, has_cls: bool, grid=None, patch=None,
     - `layers`: names (static, from the model's `out`); `grams` `[L, B, B]` float32 (CKA);
     - `pooled`: `{(layer, kind): [B, D]}` probe features; `tokens` `[B, T, D]` at `token_positions`;
     - ViT only: `distance` `{block: [heads]}` summed over the batch (pixels); `norm_ratios` `{key: scalar}`;
-      `loc_token_grams` / `loc_patch_grams` `[N, B, B]` (localization CKA).
+      `loc_token_grams` / `loc_patch_grams` `[N, B, B]` (localization CKA); `token_norms` `{block: [B, N]}` patch-token
+      norms, `neighbour_cosine` `[B, N]` and `patch_tokens` `[B, N, D]` (the last block's, copied to the host for the
+      first `NormOutliers.probe_images` images only) for the high-norm token analysis (`analysis/outliers.py`).
 
     `probes_only=True` returns `pooled` and `tokens` only (the probes' train split); `grams_only=True` returns
     `grams` only (the second model of a cross-model CKA). `names` (second value of a call) holds `layers` and
