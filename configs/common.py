@@ -71,8 +71,12 @@ def base() -> ml_collections.ConfigDict:
     c.model.skip_ablation = ""        # e.g. "6:both,7:mhsa" removes residuals (Raghu et al. 2021 §5)
     c.model.remat_policy = "none"     # per-block jax.checkpoint policy: "nothing_saveable", "dots_saveable", …
     c.model.scan = False              # nn.scan over encoder blocks (params stacked: Transformer/encoderblock [L, …])
-    c.model.gelu = "tanh"             # MLP GELU: "tanh" (flax, vit_jax, big_vision) or "erf" (PyTorch/timm default)
+    c.model.gelu = "tanh"             # MLP GELU: "tanh" (flax, vit_jax, big_vision), "erf" (PyTorch/timm default) or
+    #                                   "quick" (x * sigmoid(1.702 x): OpenAI CLIP towers, timm act_layer='quick_gelu')
     c.model.num_registers = 0         # register tokens (Darcet et al. 2024): R learned tokens, discarded at the output
+    c.model.layerscale = config_dict.placeholder(float)  # None; 1e-5: LayerScale ls1/ls2 (DeiT III, DINOv2)
+    c.model.norm_pre = False          # LayerNorm after the posemb, before the first block (CLIP ln_pre, timm norm_pre)
+    c.model.layer_norm_eps = 1e-6     # every LayerNorm's epsilon (1e-5 for timm's CLIP towers / OpenCLIP)
 
     c.data = ml_collections.ConfigDict()
     c.data.source = "digits"          # "digits" | "folder" | "tfds" | "sample_photos" (sklearn's 2 photos, offline)

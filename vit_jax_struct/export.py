@@ -21,10 +21,14 @@ an existing output without `--overwrite`) exits with code 2 and one line `error:
 allowed, before anything is written.
 
 Parity: the model's MLP uses the GELU of `model.gelu` (default the tanh approximation, flax `nn.gelu`, as vit_jax
-and big_vision; `erf` the exact one) and LayerNorm epsilon 1e-6; the PyTorch configs written here say so (timm
-`act_layer='gelu_tanh'` or `'gelu'`, transformers `hidden_act='gelu_pytorch_tanh'` or `'gelu'`,
-`layer_norm_eps=1e-6`; the safetensors header's `gelu`); with the other GELU the logits move by ≈ 1e-3
-(tests/fixtures/make_reference.py). vit_jax and big_vision files are tanh only.
+and big_vision; `erf` the exact one; `quick` CLIP's QuickGELU) and LayerNorm epsilon `model.layer_norm_eps`
+(default 1e-6); the PyTorch configs written here say so (timm `act_layer='gelu_tanh'`, `'gelu'` or `'quick_gelu'`,
+transformers `hidden_act='gelu_pytorch_tanh'`, `'gelu'` or `'quick_gelu'`, `layer_norm_eps`; the safetensors
+header's `gelu`); with another GELU the logits move by ≈ 1e-3 (tests/fixtures/make_reference.py). vit_jax and
+big_vision files are tanh and eps 1e-6 only. LayerScale (`model.layerscale`) and `model.norm_pre` go to timm only
+(`init_values`, `pre_norm=True`; timm's pre-norm patch embedding has no bias, so ours is folded into the posemb's
+grid entries, `torch_layouts.fold_patch_bias`); a model with eps 1e-5 is written for timm's
+`vit_base_patch16_clip_224` entry point, whose LayerNorms have that epsilon (tests/models/test_layouts.py).
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ SUFFIX = {"vit_jax": ".npz", "big_vision": ".npz", "timm": ".safetensors", "hf":
 SIDECAR_IN_FOLDER = "export.json"
 LAYER_NORM_EPS = 1e-6  # flax nn.LayerNorm's default, which the model uses
 TIMM_BASE_MODEL = "vit_base_patch16_224"  # any timm VisionTransformer entry point: the kwargs set every size
+# timm's CLIP entry point: its LayerNorms have eps 1e-5 (`norm_layer=partial(LayerNorm, eps=1e-5)`, which no JSON
+# kwarg can say), used for a model with model.layer_norm_eps=1e-5; the kwargs set everything else.
+TIMM_EPS5_MODEL = "vit_base_patch16_clip_224"
+TIMM_ACT = {"tanh": "gelu_tanh", "erf": "gelu", "quick": "quick_gelu"}  # model.gelu -> timm act_layer
+HF_ACT = {"tanh": "gelu_pytorch_tanh", "erf": "gelu", "quick": "quick_gelu"}  # model.gelu -> transformers hidden_act
+ACTIVATION = {"tanh": "GELU, tanh approximation (flax nn.gelu)", "erf": "GELU, exact erf (PyTorch nn.GELU)",
+              "quick": "QuickGELU, x * sigmoid(1.702 x) (CLIP)"}
 USAGE_EXIT = 2
 
 
@@ -61,7 +72,9 @@ def check_model(model: dict, fmt: str) -> None:
       ExportError: not a ViT; positional attention, `add_posemb=False` or skip ablations (no library has them);
         sin-cos posemb outside big_vision; register tokens outside timm; a representation layer (`pre_logits`) for
         timm / hf; a GAP classifier
-        for hf (transformers' ViT classifies the CLS token only); an erf GELU for vit_jax / big_vision.
+        for hf (transformers' ViT classifies the CLS token only); an erf or quick GELU for vit_jax / big_vision;
+        LayerScale (`model.layerscale`) or `model.norm_pre` outside timm; a `model.layer_norm_eps` other than 1e-6
+        for vit_jax / big_vision, or other than 1e-6 / 1e-5 for timm.
     """
     name = model.get("name", "vit")
     if name != "vit":
@@ -91,6 +104,17 @@ def check_model(model: dict, fmt: str) -> None:
     if model.get("gelu", "tanh") != "tanh" and fmt in ("vit_jax", "big_vision"):
         raise ExportError(f"model.gelu {model['gelu']!r}: the {fmt} ViT uses flax's tanh GELU; use --format=timm or "
                           "--format=hf, which say which GELU the file needs")
+    if model.get("layerscale") is not None and fmt != "timm":
+        raise ExportError(f"model.layerscale {model['layerscale']}: the {fmt} ViT has no LayerScale; use "
+                          "--format=timm (init_values, blocks.{i}.ls1/ls2.gamma)")
+    if model.get("norm_pre") and fmt != "timm":
+        raise ExportError(f"model.norm_pre True: the {fmt} ViT has no LayerNorm before the first block; use "
+                          "--format=timm (pre_norm=True)")
+    eps = float(model.get("layer_norm_eps", LAYER_NORM_EPS))
+    allowed_eps = {"vit_jax": (1e-6,), "big_vision": (1e-6,), "timm": (1e-6, 1e-5)}.get(fmt)
+    if allowed_eps is not None and eps not in allowed_eps:
+        raise ExportError(f"model.layer_norm_eps {eps}: the {fmt} ViT's LayerNorms have eps "
+                          f"{' or '.join(map(str, allowed_eps))}; use --format=hf (layer_norm_eps in config.json)")
 
 
 def _arch(model: dict, num_classes: int) -> dict:
@@ -101,12 +125,21 @@ def _arch(model: dict, num_classes: int) -> dict:
     except ValueError as e:  # e.g. a key of an older model version
         raise ExportError(f"the run's config.model does not build: {e}") from None
     return {**a, "classifier": model.get("classifier", "token"), "num_classes": num_classes,
-            "gelu": model.get("gelu", "tanh"), "num_registers": int(model.get("num_registers", 0) or 0)}
+            "gelu": model.get("gelu", "tanh"), "num_registers": int(model.get("num_registers", 0) or 0),
+            "layerscale": model.get("layerscale"), "norm_pre": bool(model.get("norm_pre", False)),
+            "layer_norm_eps": float(model.get("layer_norm_eps", LAYER_NORM_EPS))}
+
+
+def timm_model_name(arch: dict) -> str:
+    """The timm entry point the exported kwargs go to: `TIMM_EPS5_MODEL` for LayerNorm eps 1e-5, else
+    `TIMM_BASE_MODEL`."""
+    return TIMM_EPS5_MODEL if arch.get("layer_norm_eps", LAYER_NORM_EPS) == 1e-5 else TIMM_BASE_MODEL
 
 
 def timm_kwargs(arch: dict, image_size: int) -> dict:
-    """Keyword arguments of `timm.create_model(TIMM_BASE_MODEL, **kwargs)` for the model `arch` describes
-    (`_arch`: width, depth, mlp_dim, num_heads, patch_size, classifier, num_classes).
+    """Keyword arguments of `timm.create_model(timm_model_name(arch), **kwargs)` for the model `arch` describes
+    (`_arch`: width, depth, mlp_dim, num_heads, patch_size, classifier, num_classes, gelu, num_registers,
+    layerscale -> `init_values`, norm_pre -> `pre_norm`).
 
     Raises:
       ExportError: an MLP width timm cannot express as `int(width * mlp_ratio)`.
@@ -119,7 +152,11 @@ def timm_kwargs(arch: dict, image_size: int) -> dict:
     kw = dict(img_size=image_size, patch_size=arch["patch_size"], embed_dim=arch["width"], depth=arch["depth"],
               num_heads=arch["num_heads"], mlp_ratio=ratio, qkv_bias=True, num_classes=arch["num_classes"],
               class_token=token, global_pool="token" if token else "avg", fc_norm=False,
-              act_layer="gelu_tanh" if arch.get("gelu", "tanh") == "tanh" else "gelu")
+              act_layer=TIMM_ACT[arch.get("gelu", "tanh")])
+    if arch.get("layerscale") is not None:  # LayerScale (DeiT III, DINOv2): ls1/ls2.gamma
+        kw.update(init_values=float(arch["layerscale"]))
+    if arch.get("norm_pre") or timm_model_name(arch) != TIMM_BASE_MODEL:  # the CLIP entry point's default is True
+        kw.update(pre_norm=bool(arch.get("norm_pre")))
     if arch.get("num_registers"):  # registers carry no posemb: timm's no_embed_class layout (torch_layouts)
         kw.update(reg_tokens=arch["num_registers"], no_embed_class=True)
     return kw
@@ -138,9 +175,10 @@ def hf_config(arch: dict, image_size: int, class_names=None) -> dict:
     return {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": arch["width"],
             "num_hidden_layers": arch["depth"], "num_attention_heads": arch["num_heads"],
             "intermediate_size": arch["mlp_dim"],
-            "hidden_act": "gelu_pytorch_tanh" if arch.get("gelu", "tanh") == "tanh" else "gelu",
+            "hidden_act": HF_ACT[arch.get("gelu", "tanh")],
             "hidden_dropout_prob": 0.0,
-            "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02, "layer_norm_eps": LAYER_NORM_EPS,
+            "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02,
+            "layer_norm_eps": arch.get("layer_norm_eps", LAYER_NORM_EPS),
             "image_size": image_size, "patch_size": arch["patch_size"], "num_channels": 3, "qkv_bias": True,
             "encoder_stride": arch["patch_size"], "id2label": {str(i): c for i, c in enumerate(labels)},
             "label2id": {c: i for i, c in enumerate(labels)}}
@@ -167,7 +205,8 @@ def convert(params: dict, fmt: str, scan: bool = False) -> dict[str, np.ndarray]
 
     Returns:
       `{name: array}`: vit_jax `'/'` names (unscanned), big_vision `params/…` names (scanned when `scan`), timm
-      or Hugging Face (`ViTForImageClassification`) `.` names; values copied exactly.
+      or Hugging Face (`ViTForImageClassification`) `.` names; values copied exactly, except for timm with
+      registers (`torch_layouts.fold_cls_posemb`) or `norm_pre` (`torch_layouts.fold_patch_bias`): same logits.
     """
     from vit_jax_struct.models import official, torch_layouts, vit
 
@@ -175,6 +214,8 @@ def convert(params: dict, fmt: str, scan: bool = False) -> dict[str, np.ndarray]
     if fmt == "big_vision":
         return official.to_big_vision(params, scan=scan)
     flat = {k: np.asarray(v) for k, v in official.flatten(params).items()}
+    if fmt == "timm" and "Transformer/norm_pre/scale" in flat:  # timm's pre_norm patch embedding has no bias
+        flat = torch_layouts.fold_patch_bias(flat)
     if fmt == "timm" and "registers" in flat:
         flat = torch_layouts.fold_cls_posemb(flat)
     return flat if fmt == "vit_jax" else torch_layouts.from_vit_jax(flat, fmt)
@@ -276,8 +317,9 @@ def write_weights(params: dict, model: dict, fmt: str, out: str, *, image_size: 
     pp = preprocessing(image_size, value_range)
     extra = {}
     if fmt == "timm":
-        extra["timm"] = {"model_name": TIMM_BASE_MODEL, "kwargs": timm_kwargs(arch, image_size),
-                         "load": (f"timm.create_model({TIMM_BASE_MODEL!r}, pretrained=True, pretrained_cfg_overlay="
+        name = timm_model_name(arch)
+        extra["timm"] = {"model_name": name, "kwargs": timm_kwargs(arch, image_size),
+                         "load": (f"timm.create_model({name!r}, pretrained=True, pretrained_cfg_overlay="
                                   f"dict(file=PATH, num_classes={num_classes}), **kwargs)")}
     tensors = convert(params, fmt, scan=bool(model.get("scan")))
     if SUFFIX[fmt] and storage.dirname(out):  # a file's missing parent folders are made, as a workdir's are
@@ -301,8 +343,7 @@ def write_weights(params: dict, model: dict, fmt: str, out: str, *, image_size: 
         extra["transformers"] = {"load": "transformers.ViTForImageClassification.from_pretrained(FOLDER)"}
     info = {"format": fmt, "files": files, "exported_by": "vit_jax_struct.export", "source": source or {},
             "model": model, "architecture": arch, "class_names": class_names, "preprocessing": pp,
-            "activation": ("GELU, tanh approximation (flax nn.gelu)" if arch["gelu"] == "tanh" else
-                           "GELU, exact erf (PyTorch nn.GELU)"), "layer_norm_eps": LAYER_NORM_EPS,
+            "activation": ACTIVATION[arch["gelu"]], "layer_norm_eps": arch["layer_norm_eps"],
             "parameters": int(sum(int(np.size(v)) for v in tensors.values())), **extra}
     storage.write_text(sidecar, json.dumps(info, indent=2))
     return info

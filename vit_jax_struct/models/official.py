@@ -176,7 +176,9 @@ def read_weights(path) -> dict[str, np.ndarray]:
 
 # transformers' `hidden_act` -> model.gelu (ACT2FN: "gelu" is torch's exact GELU; "gelu_new", "gelu_fast" and
 # "gelu_pytorch_tanh" are the tanh approximation).
-HF_GELU = {"gelu": "erf", "gelu_python": "erf", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu_fast": "tanh"}
+HF_GELU = {"gelu": "erf", "gelu_python": "erf", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu_fast": "tanh",
+           "quick_gelu": "quick"}
+GELU_KINDS = ("tanh", "erf", "quick")  # vit.GELUS
 
 
 def checkpoint_gelu(path) -> tuple[str | None, str]:
@@ -194,8 +196,8 @@ def checkpoint_gelu(path) -> tuple[str | None, str]:
         return "tanh", "the .npz layouts (flax nn.gelu)"
     if p.endswith(".safetensors"):
         gelu = torch_layouts.read_safetensors_metadata(p).get("gelu")
-        if gelu in ("tanh", "erf") or not storage.exists(storage.join(storage.dirname(p), "config.json")):
-            return (gelu if gelu in ("tanh", "erf") else None), f"the header of {p}"
+        if gelu in GELU_KINDS or not storage.exists(storage.join(storage.dirname(p), "config.json")):
+            return (gelu if gelu in GELU_KINDS else None), f"the header of {p}"
         p = storage.dirname(p)  # a Hugging Face folder's model.safetensors: its config.json says
     cfg_path = storage.join(p, "config.json")
     if not storage.exists(cfg_path):
@@ -204,8 +206,50 @@ def checkpoint_gelu(path) -> tuple[str | None, str]:
     act = json.loads(storage.read_text(cfg_path)).get("hidden_act", "gelu")  # transformers' ViTConfig default
     if act not in HF_GELU:
         raise ValueError(f"checkpoint {p!r}: config.json hidden_act {act!r} is not supported; allowed: "
-                         f"{', '.join(sorted(HF_GELU))} (model.gelu 'erf' or 'tanh')")
+                         f"{', '.join(sorted(HF_GELU))} (model.gelu 'erf', 'tanh' or 'quick')")
     return HF_GELU[act], f"{cfg_path} (hidden_act {act!r})"
+
+
+def activation_warning(path, gelu: str = "tanh", layer_norm_eps: float = 1e-6) -> str | None:
+    """Checks `model.gelu` (and, for CLIP towers, `model.layer_norm_eps`) against a weights file.
+
+    Args:
+      path: the weights file (`config.init_from`; see `checkpoint_gelu`).
+      gelu: our `model.gelu`; layer_norm_eps: our `model.layer_norm_eps`.
+
+    Returns:
+      None when the file records its GELU and it is ours, or when nothing suggests a mismatch; else one line to log
+      as a warning: a timm file records no activation, so a `tanh` model gets the reminder that timm's default is
+      erf (DeiT, DeiT III, DINOv2); a timm CLIP tower (`norm_pre` in the header's names) that is not
+      `layer_norm_eps=1e-5` with `gelu` `quick` or `erf` gets what the OpenAI / timm CLIP towers use.
+
+    Raises:
+      ValueError: the file records a GELU (our export's safetensors header, a Hugging Face `config.json`) that is
+        not `gelu`, naming `--config.model.gelu=…`.
+    """
+    recorded, where = checkpoint_gelu(path)
+    if recorded is not None and recorded != gelu:
+        raise ValueError(f"config.init_from {str(path)!r} was trained with the {recorded} GELU ({where}) but "
+                         f"model.gelu is {gelu!r}: set --config.model.gelu={recorded} (another GELU moves the logits "
+                         "by about 1e-3)")
+    if recorded is not None:
+        return None
+    names = set()
+    if str(path).endswith(".safetensors"):
+        try:
+            names = set(torch_layouts.read_safetensors_names(path))
+        except (FileNotFoundError, ValueError):
+            names = set()
+    if "norm_pre.weight" in names and (gelu == "tanh" or layer_norm_eps != 1e-5):
+        return (f"init_from {path} is a timm CLIP tower (norm_pre) and records no activation: OpenAI CLIP weights "
+                "need --config.model.gelu=quick (QuickGELU, timm's vit_*_clip_quickgelu_*), timm's vit_*_clip_* "
+                "models run erf, and every timm CLIP tower has --config.model.layer_norm_eps=1e-5; the model has "
+                f"gelu={gelu!r}, layer_norm_eps={layer_norm_eps}")
+    if gelu == "tanh":
+        return (f"init_from {path} does not record its GELU (timm files do not; timm's default is the exact erf, "
+                "which DeiT, DeiT-III and DINOv2 use; OpenAI CLIP towers use quick): model.gelu is 'tanh'; set "
+                "--config.model.gelu=erf unless the model was built with act_layer='gelu_tanh'")
+    return None
 
 
 def _strip_prefix(flat: dict) -> dict:
@@ -261,7 +305,8 @@ def canonical_layout(flat: Mapping[str, Any], shapes: Mapping[str, tuple] | None
       Hugging Face's; in timm's see `torch_layouts`.
 
     Raises:
-      ValueError: a big_vision MAP-head checkpoint, or names that collide after renaming.
+      ValueError: a big_vision MAP-head checkpoint, names that collide after renaming, or a SwiGLU MLP
+        (`torch_layouts.check_timm_supported`, one line).
     """
     layout = torch_layouts.detect_layout(flat)
     if layout:
@@ -417,6 +462,28 @@ def match_params(flat: Mapping[str, Any], target: Mapping[str, Any], reinit: str
     return out
 
 
+def _check_features(flat: Mapping, target: Mapping) -> None:
+    """One-line errors when the checkpoint and the model disagree on LayerScale or norm_pre (before the listing of
+    every difference that `match_params` would give)."""
+    has = lambda d, rx: any(re.match(rx, k) for k in d)
+    ls = r"^Transformer/encoderblock_\d+/ls[12]$"
+    if has(flat, ls) and not has(target, ls):
+        raise ValueError("checkpoint has LayerScale (timm `blocks.{i}.ls1.gamma`, `ls2.gamma`: DeiT III, DINOv2) but "
+                         f"the model has none: set --config.model.layerscale={torch_layouts.LAYERSCALE_INIT} (the "
+                         "loaded gammas replace that initial value)")
+    if has(target, ls) and not has(flat, ls):
+        raise ValueError("model.layerscale is set (per-block ls1/ls2) but the checkpoint has no LayerScale "
+                         "(`blocks.{i}.ls1.gamma`); set --config.model.layerscale=None")
+    pre = r"^Transformer/norm_pre/"
+    if has(flat, pre) and not has(target, pre):
+        raise ValueError("checkpoint has norm_pre (a LayerNorm before the first block: CLIP's ln_pre, timm "
+                         "pre_norm=True) but the model has none: set --config.model.norm_pre=True (timm CLIP towers "
+                         "also need --config.model.layer_norm_eps=1e-5, and OpenAI weights --config.model.gelu=quick)")
+    if has(target, pre) and not has(flat, pre):
+        raise ValueError("model.norm_pre is True but the checkpoint has no norm_pre (timm `norm_pre.weight`); set "
+                         "--config.model.norm_pre=False")
+
+
 def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source_grid=None,
          reinit: str | None = DEFAULT_REINIT, posemb_resize: str = "zoom", convert_classifier: bool = False) -> dict:
     """Loads a published ViT checkpoint into exactly the tree of `init_params`.
@@ -448,7 +515,12 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
       ValueError: listing, after renaming, the checkpoint entries the model lacks, the model parameters the
         checkpoint lacks, and shape mismatches (each with both shapes); a class-token mismatch without
         `convert_classifier`; a posemb length that does not fit the grid (naming the numbers); a scanned model;
-        re-initialised entries without init values; a big_vision MAP head; a distilled DeiT (`dist_token`).
+        re-initialised entries without init values; a big_vision MAP head; a distilled DeiT (`dist_token`,
+        listing those entries first); LayerScale or `norm_pre` in the checkpoint and not in the model or the other
+        way round (one line naming the `--config.model.…` to set); a SwiGLU MLP (one line); other timm features
+        this ViT does not have (QK-norm, `fc_norm`, …) are named after the listing
+        (`torch_layouts.unsupported_hint`). A DINOv2 `mask_token` is dropped and logged; a patch embedding without
+        a bias (timm `pre_norm=True`, CLIP) loads with `embedding/bias` zero (same function).
     """
     if classifier not in CLASSIFIERS:
         raise ValueError(f"model.classifier {classifier!r} is not one of {CLASSIFIERS}")
@@ -460,9 +532,19 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
     raw = flatten(checkpoint) if isinstance(checkpoint, Mapping) else read_weights(checkpoint)
     target = flatten(init_params)
     flat, posemb_has_cls = canonical_layout(raw, {k: tuple(v.shape) for k, v in target.items()}, source_grid)
-    if "dist_token" in flat or any(k.startswith("head_dist.") for k in flat):
-        raise ValueError("checkpoint is a distilled DeiT (timm `dist_token`, `head_dist`): a second class token and "
-                         "head that this ViT does not have; not supported (load a non-distilled DeiT instead)")
+    distilled = sorted(k for k in flat if k == "dist_token" or k.startswith("head_dist."))
+    if distilled:
+        raise ValueError(f"checkpoint entries {distilled} are not in the model: the checkpoint is a distilled DeiT "
+                         "(timm `dist_token`, `head_dist`): a second class token and head that this ViT does not "
+                         "have; not supported (load a non-distilled DeiT instead)")
+    if "mask_token" in flat:  # DINOv2's masked-image pre-training token (its repository's files): unused by the ViT
+        del flat["mask_token"]
+        logging.info("init: dropped checkpoint entry mask_token (DINOv2's masked-patch token, pre-training only)")
+    _check_features(flat, target)
+    if "embedding/kernel" in flat and "embedding/bias" not in flat and "embedding/bias" in target:
+        # timm builds the patch embedding without a bias when pre_norm=True (CLIP's conv1 has none): a zero bias
+        flat["embedding/bias"] = np.zeros(target["embedding/bias"].shape, np.float32)
+        logging.info("init: the checkpoint's patch embedding has no bias (CLIP): embedding/bias starts at zero")
     if any(k.startswith("Transformer/encoderblock/") for k in target):
         raise ValueError("the model's encoder is scanned (Transformer/encoderblock with a depth axis); load into the "
                          "unscanned layout and stack the blocks with the model's converter")
@@ -510,4 +592,10 @@ def load(checkpoint, init_params: Mapping, *, classifier: str, grid=None, source
                 pe = np.concatenate([np.zeros((1, 1, pe.shape[-1]), np.float32), pe], axis=1)
             flat[POSEMB] = pe
 
-    return unflatten(match_params(flat, target, reinit))
+    try:
+        return unflatten(match_params(flat, target, reinit))
+    except ValueError as e:
+        hint = torch_layouts.unsupported_hint(raw) if torch_layouts.detect_layout(raw) == torch_layouts.TIMM else ""
+        if hint:  # name the timm features behind the unused entries, and what is supported (same line)
+            raise ValueError(f"{e} {hint}") from None
+        raise

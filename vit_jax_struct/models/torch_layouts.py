@@ -12,13 +12,16 @@ transformers. The names were taken from the libraries' own state dicts (timm 1.0
     cls [1, 1, D]                                 cls_token                  vit.embeddings.cls_token
     registers [1, R, D]                           reg_token                  (none)
     Transformer/posembed_input/pos_embedding      pos_embed                  vit.embeddings.position_embeddings
+    Transformer/norm_pre                          norm_pre                   (none)
     …/encoderblock_{i}/LayerNorm_0                blocks.{i}.norm1           vit.encoder.layer.{i}.layernorm_before
     …/MultiHeadDotProductAttention_1/query|key|value  blocks.{i}.attn.qkv      …attention.attention.query|key|value
       kernel [D, heads, d_head]                     [3 D, D] (q, k, v fused)   [D, D] each
     …/MultiHeadDotProductAttention_1/out          blocks.{i}.attn.proj       …attention.output.dense
       kernel [heads, d_head, D]
+    …/ls1 [D]                                     blocks.{i}.ls1.gamma       (none)
     …/LayerNorm_2                                 blocks.{i}.norm2           …layernorm_after
     …/MlpBlock_3/Dense_0 | Dense_1                blocks.{i}.mlp.fc1 | fc2   …intermediate.dense | …output.dense
+    …/ls2 [D]                                     blocks.{i}.ls2.gamma       (none)
     Transformer/encoder_norm                      norm                       vit.layernorm
     pre_logits (Dense + tanh on the CLS token)    (none)                     pooler.dense (`ViTModel` only)
     head                                          head                       classifier
@@ -36,6 +39,29 @@ never have a posemb entry here: our ViT adds them after the posemb (DINOv2's ord
 `no_embed_class=True`, so a model with registers and a class token is written with the class token's posemb entry
 folded into `cls_token` (`fold_cls_posemb`; logits equal, parameters not). Hugging Face's
 `position_embeddings` always has the CLS entry.
+
+Families of timm's `VisionTransformer` read here (`timm_features` tells them apart by their names; the activation
+and the LayerNorm epsilon are not in the weights and must be set on our model):
+
+    DeiT (Touvron et al. 2021; timm `deit_*`)       the plain layout; erf GELU (`model.gelu='erf'`). The distilled
+                                                    `deit_*_distilled_*` (`dist_token`, `head_dist`) is refused.
+    DeiT III (Touvron et al. 2022; `deit3_*`)       + LayerScale `blocks.{i}.ls1.gamma`, `ls2.gamma`
+                                                    (`model.layerscale`), `no_embed_class=True` (posemb without a
+                                                    class entry); erf GELU.
+    DINOv2 (Oquab et al. 2023; `vit_*_dinov2`)      + LayerScale, patch 14, posemb with a class entry; `*_reg4_*`
+                                                    (Darcet et al. 2024) + `reg_token` and `no_embed_class=True`; erf
+                                                    GELU. The original repository's names load too (`register_tokens`
+                                                    with a class posemb entry; `mask_token`, used only by its
+                                                    masked-image pre-training, is dropped by `official.load`). The
+                                                    SwiGLU MLP of the giant model is refused.
+    CLIP vision towers (Radford et al. 2021;        + `norm_pre` (CLIP's `ln_pre`, `model.norm_pre`), LayerNorm eps
+      `vit_*_clip_*`, OpenCLIP)                     1e-5 (`model.layer_norm_eps`); QuickGELU for the OpenAI weights
+                                                    (timm `vit_*_clip_quickgelu_*`, `model.gelu='quick'`), erf GELU in
+                                                    timm's `vit_*_clip_*` entry points.
+
+A SwiGLU MLP is refused by `to_vit_jax` in one line naming the key and what is supported; other timm features this
+ViT does not have (`UNSUPPORTED_TIMM`: QK-norm, `fc_norm`, attention pooling, …) are named, with what is
+supported, at the end of `official.load`'s one-line listing of every unused, missing and mis-shaped entry.
 """
 
 from __future__ import annotations
@@ -60,6 +86,8 @@ SAFETENSORS_METADATA = {"format": "pt"}
 # [D, heads, d_head] has 1, out [heads, d_head, D] has 2). `#q|#k|#v` mark timm's thirds of the fused qkv.
 _BLOCK_ROWS = (
     ("LayerNorm_0", "norm1", "layernorm_before", "ln"),
+    ("ls1", "ls1.gamma", None, "param"),  # LayerScale (DeiT III, DINOv2): timm only
+    ("ls2", "ls2.gamma", None, "param"),
     ("MultiHeadDotProductAttention_1/query", "attn.qkv#q", "attention.attention.query", 1),
     ("MultiHeadDotProductAttention_1/key", "attn.qkv#k", "attention.attention.key", 1),
     ("MultiHeadDotProductAttention_1/value", "attn.qkv#v", "attention.attention.value", 1),
@@ -73,6 +101,7 @@ _TOP_ROWS = (  # Hugging Face names without the `vit.` prefix of ViTForImageClas
     ("cls", "cls_token", "embeddings.cls_token", "param"),
     ("registers", "reg_token", None, "param"),  # register tokens: timm `reg_token`; transformers' ViT has none
     (POSEMB, "pos_embed", "embeddings.position_embeddings", "param"),
+    ("Transformer/norm_pre", "norm_pre", None, "ln"),  # CLIP's ln_pre (timm pre_norm=True): timm only
     ("Transformer/encoder_norm", "norm", "layernorm", "ln"),
     ("pre_logits", None, "pooler.dense", 1),
     ("head", "head", "classifier", 1),
@@ -127,12 +156,8 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"checkpoint {path!r} could not be read ({e}); copy it to a local file first") from e
 
 
-def read_safetensors_metadata(path) -> dict[str, str]:
-    """The `__metadata__` of a `.safetensors` header (`{}` when there is none): 8 bytes of header length, then JSON.
-
-    Raises:
-      FileNotFoundError: no such file. ValueError: the header does not parse.
-    """
+def _read_header(path) -> dict:
+    """The JSON header of a `.safetensors` file: 8 bytes of header length, then JSON (tensor names and metadata)."""
     path = str(path)
     try:
         if storage.is_url(path):
@@ -145,10 +170,27 @@ def read_safetensors_metadata(path) -> dict[str, str]:
         raise FileNotFoundError(f"checkpoint {path!r}: no such .safetensors file") from None
     n = int.from_bytes(head[:8], "little")
     try:
-        header = json.loads(head[8:8 + n])
+        return json.loads(head[8:8 + n])
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"checkpoint {path!r} is not a readable safetensors file (header: {e})") from e
-    return dict(header.get("__metadata__") or {})
+
+
+def read_safetensors_metadata(path) -> dict[str, str]:
+    """The `__metadata__` of a `.safetensors` header (`{}` when there is none): 8 bytes of header length, then JSON.
+
+    Raises:
+      FileNotFoundError: no such file. ValueError: the header does not parse.
+    """
+    return dict(_read_header(path).get("__metadata__") or {})
+
+
+def read_safetensors_names(path) -> list[str]:
+    """The tensor names of a `.safetensors` file, sorted, from its header only (no tensor is read).
+
+    Raises:
+      FileNotFoundError: no such file. ValueError: the header does not parse.
+    """
+    return sorted(k for k in _read_header(path) if k != "__metadata__")
 
 
 def write_safetensors(path, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
@@ -173,7 +215,8 @@ def _rows(layout: str, depth: int):
     rows = [(r[0], r[col], r[3]) for r in _TOP_ROWS if r[col] is not None]
     for i in range(depth):
         pre = _BLOCK_PREFIX[layout].format(i=i)
-        rows += [(f"Transformer/encoderblock_{i}/{r[0]}", pre + r[col], r[3]) for r in _BLOCK_ROWS]
+        rows += [(f"Transformer/encoderblock_{i}/{r[0]}", pre + r[col], r[3]) for r in _BLOCK_ROWS
+                 if r[col] is not None]
     return rows
 
 
@@ -217,10 +260,108 @@ def fold_cls_posemb(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return flat
 
 
+def fold_patch_bias(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Our flat parameters with the patch embedding's bias `embedding/bias` `[D]` added to the posemb's grid entries
+    and removed (timm builds the patch embedding of a `pre_norm=True` model, CLIP's, without a bias). Every patch
+    token gets the same sum, so the logits are equal; a CLS entry (posemb `[1, 1 + h·w, D]` with `cls`) is left as
+    it is. Parameters without `embedding/bias` or a learned posemb come back unchanged."""
+    flat = dict(flat)
+    if "embedding/bias" in flat and np.ndim(flat.get(POSEMB)) == 3:
+        pe, n_cls = np.array(flat[POSEMB]), int("cls" in flat)
+        pe[:, n_cls:] += np.asarray(flat.pop("embedding/bias")).astype(pe.dtype)
+        flat[POSEMB] = pe
+    return flat
+
+
 def depth_of(flat: Mapping) -> int:
     """Number of encoder blocks of our flat (unscanned) parameters."""
     blocks = {int(m.group(1)) for k in flat if (m := re.match(r"^Transformer/encoderblock_(\d+)/", k))}
     return max(blocks) + 1 if blocks else 0
+
+
+# timm features this ViT does not have: (regex on a timm name, what it is). A SwiGLU MLP is refused outright
+# (`check_timm_supported`); the others are named beside the listing of every difference (`unsupported_hint`).
+SWIGLU_TIMM = (r"^blocks\.\d+\.mlp\.(w12|w3|fc1_g|fc1_x)\.",
+               "a SwiGLU MLP (DINOv2 giant `w12`/`w3`, timm SwiGLU `fc1_g`/`fc1_x`)")
+UNSUPPORTED_TIMM = (
+    (r"^blocks\.\d+\.attn\.(q_norm|k_norm)\.", "QK-norm (timm qk_norm=True)"),
+    (r"^blocks\.\d+\.attn\.norm\.", "a LayerNorm inside the attention (timm scale_attn_norm=True)"),
+    (r"^blocks\.\d+\.mlp\.norm\.", "a LayerNorm inside the MLP (timm scale_mlp_norm=True)"),
+    (r"^blocks\.\d+\.attn\.(q_bias|v_bias)$", "separate q/v biases (the BEiT / EVA layout)"),
+    (r"^fc_norm\.", "a LayerNorm after the pooling (timm fc_norm, global_pool='avg')"),
+    (r"^attn_pool\.", "an attention-pooling head (timm global_pool='map')"),
+)
+SUPPORTED_TIMM = ("class token or global average pooling, register tokens (reg_token), LayerScale (ls1/ls2.gamma), "
+                  "norm_pre, a Dense-GELU-Dense MLP (mlp.fc1/fc2; GELU tanh, erf or quick), a linear head")
+LAYERSCALE_INIT = 1e-5  # model.layerscale for a checkpoint with LayerScale (DINOv2's init; the loaded values win)
+
+
+def check_timm_supported(state_dict: Mapping[str, np.ndarray]) -> None:
+    """Refuses, in one line, a timm state dict with a SwiGLU MLP, which this ViT does not have.
+
+    By name (`SWIGLU_TIMM`: the DINOv2 repository's `mlp.w12`/`w3`, timm's `SwiGLU` `fc1_g`/`fc1_x`) and by shape:
+    timm's `SwiGLUPacked` (DINOv2 giant, `mlp_layer=SwiGLUPacked`) keeps the names `mlp.fc1` / `mlp.fc2`, but `fc1`
+    `[2 H, D]` holds the gate and the value, twice the `H` inputs of `fc2` `[D, H]`.
+
+    Raises:
+      ValueError: naming the first offending key, what it is, and `SUPPORTED_TIMM`.
+    """
+    rx, what = SWIGLU_TIMM
+    for key in sorted(state_dict):
+        if re.search(rx, key):
+            raise ValueError(f"checkpoint key {key!r} is {what}, which this ViT does not have; supported timm "
+                             f"features: {SUPPORTED_TIMM}")
+    for key in sorted(k for k in state_dict if re.match(r"^blocks\.\d+\.mlp\.fc1\.weight$", k)):
+        fc2 = state_dict.get(key.replace("fc1", "fc2"))
+        fc1 = state_dict[key]
+        if fc2 is not None and np.ndim(fc1) == 2 and np.ndim(fc2) == 2 and np.shape(fc1)[0] == 2 * np.shape(fc2)[1]:
+            raise ValueError(f"checkpoint key {key!r} {tuple(np.shape(fc1))} is twice the inputs of "
+                             f"{key.replace('fc1', 'fc2')!r} {tuple(np.shape(fc2))}: a packed SwiGLU MLP (timm "
+                             "SwiGLUPacked, DINOv2 giant), which this ViT does not have; supported timm features: "
+                             f"{SUPPORTED_TIMM}")
+
+
+def unsupported_hint(state_dict: Mapping[str, np.ndarray]) -> str:
+    """`""`, or one sentence naming the first key of each timm feature in `UNSUPPORTED_TIMM` that `state_dict`
+    has, and `SUPPORTED_TIMM` (appended by `official.load` to its listing of every difference)."""
+    found = []
+    for rx, what in UNSUPPORTED_TIMM:
+        keys = sorted(k for k in state_dict if re.search(rx, k))
+        if keys:
+            found.append(f"{keys[0]!r} is {what}")
+    if not found:
+        return ""
+    return f"timm features this ViT does not have: {'; '.join(found)}; supported timm features: {SUPPORTED_TIMM}."
+
+
+def timm_features(state_dict: Mapping[str, np.ndarray]) -> dict:
+    """Our model fields that a timm state dict determines, read from its names and shapes.
+
+    Args:
+      state_dict: `{timm name: array}` (`read_safetensors`), timm's `VisionTransformer` layout.
+
+    Returns:
+      dict of `VisionTransformer` fields: `width`, `depth`, `mlp_dim`, `patch_size` (ints), `classifier`
+      (`'token'` with a `cls_token`, else `'gap'`), `num_registers` (`reg_token` / `register_tokens` count),
+      `layerscale` (`LAYERSCALE_INIT` with `blocks.0.ls1.gamma`, else None), `norm_pre` (bool: a `norm_pre`), and
+      `num_classes` (rows of `head.weight`; 0 headless). Not in the weights, so not returned: `num_heads` (the fused
+      qkv hides it), `gelu` and `layer_norm_eps` (see the module docstring per family).
+
+    Raises:
+      ValueError: not a timm layout (no `patch_embed.proj.weight`).
+    """
+    if detect_layout(state_dict) != TIMM:
+        raise ValueError("not a timm ViT state dict (no patch_embed.proj.weight)")
+    proj = np.shape(state_dict["patch_embed.proj.weight"])  # [D, 3, p, p]
+    depth = 1 + max((int(m.group(1)) for k in state_dict if (m := _BLOCK_INDEX[TIMM].match(k))), default=-1)
+    regs = state_dict.get("reg_token", state_dict.get("register_tokens"))
+    return dict(width=int(proj[0]), depth=depth, patch_size=int(proj[-1]),
+                mlp_dim=int(np.shape(state_dict["blocks.0.mlp.fc1.weight"])[0]) if depth else 0,
+                classifier="token" if "cls_token" in state_dict else "gap",
+                num_registers=int(np.shape(regs)[1]) if regs is not None else 0,
+                layerscale=LAYERSCALE_INIT if "blocks.0.ls1.gamma" in state_dict else None,
+                norm_pre="norm_pre.weight" in state_dict,
+                num_classes=int(np.shape(state_dict["head.weight"])[0]) if "head.weight" in state_dict else 0)
 
 
 def from_vit_jax(flat: Mapping[str, np.ndarray], layout: str) -> dict[str, np.ndarray]:
@@ -280,13 +421,21 @@ def to_vit_jax(state_dict: Mapping[str, np.ndarray], layout: str,
       `reg_token`, are kept under their own names so the caller lists them), and whether the posemb has a CLS
       entry in front of the grid.
 
+    timm files of DeiT, DeiT III, DINOv2 (with or without registers; the original repository's `register_tokens`
+    is read as `reg_token`) and CLIP towers load (module docstring); LayerScale gammas become `…/ls1`, `…/ls2` and
+    `norm_pre` `Transformer/norm_pre`.
+
     Raises:
-      ValueError: an unknown layout.
+      ValueError: an unknown layout; a SwiGLU MLP (`check_timm_supported`, one line).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
     shapes = shapes or {}
     sd = {k: np.asarray(v) for k, v in state_dict.items()}
+    if layout == TIMM:
+        check_timm_supported(sd)
+        if "register_tokens" in sd and "reg_token" not in sd:  # the DINOv2 repository's name
+            sd["reg_token"] = sd.pop("register_tokens")
     if layout == HF:
         sd = {k[len("vit."):] if k.startswith("vit.") else k: v for k, v in sd.items()}
         for rx, repl in _HF_V5_NAMES:

@@ -7,10 +7,13 @@ checkpoints, so published weights map by name:
     cls                                              [1, 1, D] class token (classifier='token' only)
     registers                                        [1, R, D] register tokens (num_registers=R > 0 only)
     Transformer/posembed_input/pos_embedding         [1, N, D] learned posemb (posemb='learn' only)
+    Transformer/norm_pre                             LayerNorm before the first block (norm_pre=True only; CLIP)
     Transformer/encoderblock_{i}/LayerNorm_0         pre-MHSA LayerNorm
     Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{query,key,value,out}
+    Transformer/encoderblock_{i}/ls1                 [D] LayerScale of the MHSA branch (layerscale set only)
     Transformer/encoderblock_{i}/LayerNorm_2         pre-MLP LayerNorm
     Transformer/encoderblock_{i}/MlpBlock_3/{Dense_0,Dense_1}
+    Transformer/encoderblock_{i}/ls2                 [D] LayerScale of the MLP branch (layerscale set only)
     Transformer/encoder_norm                         final LayerNorm
     pre_logits/{kernel,bias}                         optional representation layer (Dense + tanh)
     head/{kernel,bias}                               classifier, zero-initialised kernel
@@ -39,7 +42,9 @@ Dtype = Any
 # (`flax.linen.with_logical_constraint`): a no-op unless the caller maps the names onto mesh axes
 # (`vit_jax_struct.train.sharding.activation_sharding`), which the train and eval steps do.
 ACT_TOKENS = ("act_batch", "act_len", "act_emb")  # [B, N, D] residual stream and branch outputs
-GELUS = ("tanh", "erf")  # model.gelu: flax's tanh approximation (vit_jax, big_vision) or PyTorch's exact erf
+# model.gelu: flax's tanh approximation (vit_jax, big_vision), PyTorch's exact erf (timm's default), or CLIP's
+# QuickGELU x·σ(1.702 x) (OpenAI CLIP towers; timm `act_layer='quick_gelu'`).
+GELUS = ("tanh", "erf", "quick")
 ACT_MLP = ("act_batch", "act_len", "act_mlp")     # [B, N, mlp_dim] MLP hidden layer
 # width, depth, mlp_dim, num_heads (ViT paper Table 1; "mu" is big_vision's debugging size).
 VARIANTS = {
@@ -173,12 +178,26 @@ class MultiHeadDotProductAttention(nn.Module):
         return y, weights
 
 
+def gelu(x, kind: str = "tanh"):
+    """The MLP activation `model.gelu` names (see `GELUS`, `MlpBlock`); same shape and dtype as `x`.
+
+    Raises:
+      ValueError: a kind not in `GELUS`.
+    """
+    if kind == "quick":  # QuickGELU (CLIP; timm `QuickGELU`): x * sigmoid(1.702 x)
+        return x * jax.nn.sigmoid(jnp.asarray(1.702, x.dtype) * x)
+    if kind not in GELUS:
+        raise ValueError(f"model.gelu {kind!r} is not one of {', '.join(map(repr, GELUS))}")
+    return nn.gelu(x, approximate=kind == "tanh")
+
+
 class MlpBlock(nn.Module):
     """Transformer MLP block: Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout; `[B, N, D] -> [B, N, D]`.
 
     `gelu` (Hendrycks & Gimpel 2016): `"tanh"`, the approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-    (flax `nn.gelu`'s default; vit_jax, big_vision), or `"erf"`, the exact x·Φ(x) (PyTorch's `nn.GELU()`, timm's
-    default: DeiT, DeiT-III, DINOv2)."""
+    (flax `nn.gelu`'s default; vit_jax, big_vision), `"erf"`, the exact x·Φ(x) (PyTorch's `nn.GELU()`, timm's
+    default: DeiT, DeiT-III, DINOv2), or `"quick"`, x·σ(1.702·x) (QuickGELU of the OpenAI CLIP towers, Radford et
+    al. 2021; timm `QuickGELU`, `act_layer='quick_gelu'`)."""
 
     mlp_dim: int
     dropout_rate: float = 0.0
@@ -192,7 +211,7 @@ class MlpBlock(nn.Module):
         d = x.shape[-1]
         x = nn.Dense(self.mlp_dim, name="Dense_0", **kw)(x)
         x = nn.with_logical_constraint(x, ACT_MLP)
-        x = nn.gelu(x, approximate=self.gelu == "tanh")
+        x = gelu(x, self.gelu)
         x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
         x = nn.Dense(d, name="Dense_1", **kw)(x)
         return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
@@ -212,6 +231,13 @@ class Encoder1DBlock(nn.Module):
     block output carry logical sharding constraints (`ACT_TOKENS`, `ACT_MLP`; big_vision's `act_batch`/`act_len`/
     `act_emb`), no-ops unless a caller maps them to mesh axes (`train.sharding.activation_sharding`).
 
+    LayerScale (Touvron et al. 2021 "Going deeper with image transformers" (CaiT) §2; used by DeiT III, Touvron et
+    al. 2022, and DINOv2, Oquab et al. 2023; timm `LayerScale`): with `layerscale` set, each branch output is
+    multiplied by a learned per-channel vector, `ls1` (MHSA) and `ls2` (MLP), `[D]`, initialised to `layerscale`:
+    `z' = z + ls1 ⊙ MHSA(LN(z))`. The sown branch outputs are the scaled ones (what is added to the stream).
+    `layer_norm_eps` is the LayerNorms' epsilon (1e-6, flax's and timm's default; 1e-5 for timm's CLIP towers,
+    which use `nn.LayerNorm`).
+
     Call: `(x [B, N, D], deterministic, pos=None) -> (x [B, N, D], attention weights [B, heads, N, N])`; with
     `scan_output=True` (the `nn.scan` body of `Encoder(scan=True)`) `-> (x, (x, weights))`: carry and per-block output.
     """
@@ -224,22 +250,32 @@ class Encoder1DBlock(nn.Module):
     remove_skip: str | None = None
     scan_output: bool = False
     gelu: str = "tanh"
+    layerscale: float | None = None
+    layer_norm_eps: float = 1e-6
+
+    def _scale(self, name: str, y):
+        if self.layerscale is None:
+            return y
+        gamma = self.param(name, nn.initializers.constant(self.layerscale), (y.shape[-1],))
+        return y * gamma.astype(y.dtype)
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True, pos=None):
         x = nn.with_logical_constraint(x, ACT_TOKENS)
-        y = nn.LayerNorm(dtype=self.dtype, name="LayerNorm_0")(x)
+        y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name="LayerNorm_0")(x)
         y, weights = MultiHeadDotProductAttention(
             num_heads=self.num_heads, dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
             name="MultiHeadDotProductAttention_1")(y, deterministic, pos)
+        y = self._scale("ls1", y)
         y = nn.with_logical_constraint(y, ACT_TOKENS)
         y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
         # Residual stream and branch output, for skip norm ratios (analysis applies with mutable "intermediates").
         self.sow("intermediates", "mhsa_residual", x)
         self.sow("intermediates", "mhsa_branch", y)
         x = y if self.remove_skip in ("mhsa", "both") else x + y
-        y = nn.LayerNorm(dtype=self.dtype, name="LayerNorm_2")(x)
+        y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name="LayerNorm_2")(x)
         y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.gelu, name="MlpBlock_3")(y, deterministic)
+        y = self._scale("ls2", y)
         self.sow("intermediates", "mlp_residual", x)
         self.sow("intermediates", "mlp_branch", y)
         x = y if self.remove_skip in ("mlp", "both") else x + y
@@ -360,7 +396,9 @@ class Encoder(nn.Module):
     `attention='positional'` makes the blocks in `positional_attention_blocks` (default all) use positional attention
     from the posemb P; with `posemb='sincos2d'` the CLS token's positional vector is the learned `cls_pos_embedding`
     (with learned posemb it is P's first row). `add_posemb=False` keeps P out of the tokens (positions then enter
-    only through positional attention).
+    only through positional attention). `norm_pre=True` applies a LayerNorm `norm_pre` to the tokens (CLS and
+    registers included) once the posemb is added, before the first block (CLIP's `ln_pre`; timm `norm_pre`,
+    `pre_norm=True`); `encoder_input` is then its output. `layerscale` and `layer_norm_eps`: see `Encoder1DBlock`.
 
     Memory levers (Chen et al. 2016 "Training deep nets with sublinear memory cost"; big_vision `vit.py`):
     `remat_policy` wraps every block in `nn.remat` with that `jax.checkpoint_policies` policy; `scan=True` runs the
@@ -387,6 +425,9 @@ class Encoder(nn.Module):
     remat_policy: str = "none"
     scan: bool = False
     gelu: str = "tanh"
+    layerscale: float | None = None
+    norm_pre: bool = False
+    layer_norm_eps: float = 1e-6
 
     @nn.compact
     def __call__(self, x, grid, train: bool = False, registers=None):
@@ -415,6 +456,8 @@ class Encoder(nn.Module):
             c = int(self.has_cls)
             regs = jnp.tile(registers.astype(x.dtype), (x.shape[0], 1, 1))
             x = jnp.concatenate([x[:, :c], regs, x[:, c:]], axis=1)
+        if self.norm_pre:  # CLIP's ln_pre (timm norm_pre): after the posemb, CLS and registers, before block 0
+            x = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name="norm_pre")(x)
         split = functools.partial(split_registers, num_prefix=int(self.has_cls), num_registers=num_reg)
         out["encoder_input"], out["registers/encoder_input"] = split(x)
         x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
@@ -423,7 +466,8 @@ class Encoder(nn.Module):
         if policy is not None:  # `deterministic` (argument 2, counting self) is a Python bool: static.
             block = nn.remat(block, policy=policy, static_argnums=(2,), prevent_cse=not self.scan)
         kw = dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
-                  attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype, gelu=self.gelu)
+                  attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype, gelu=self.gelu,
+                  layerscale=self.layerscale, layer_norm_eps=self.layer_norm_eps)
         if self.scan:
             if skips or (positional and len(positional) != self.depth):
                 raise ValueError("model.scan=True needs identical encoder blocks: it cannot be combined with "
@@ -445,7 +489,8 @@ class Encoder(nn.Module):
             out[f"block{i:02d}"], out[f"registers/block{i:02d}"] = split(xi)
             out[f"attention/block{i:02d}"], out[f"register_attention/block{i:02d}"] = split_register_attention(
                 wi, int(self.has_cls), num_reg)
-        encoded, out["registers/encoded"] = split(nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x))
+        encoded, out["registers/encoded"] = split(
+            nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name="encoder_norm")(x))
         if not num_reg:
             out = {k: v for k, v in out.items() if not k.startswith(("registers/", "register_attention/"))}
         return encoded, out
@@ -502,8 +547,15 @@ class VisionTransformer(nn.Module):
         see `REMAT_POLICIES`; "none": off). Same values, less activation memory, more compute.
       scan: `nn.scan` over the encoder blocks (one compiled block instead of `depth`; parameters stacked under
         `Transformer/encoderblock` with a leading depth axis; `stack_blocks` / `unstack_blocks` convert).
-      gelu: the MLP's GELU, `'tanh'` (approximation; vit_jax, big_vision) or `'erf'` (exact; PyTorch/timm default),
-        see `MlpBlock`; a checkpoint trained with one gives other logits with the other (1e-4 … 1e-3 on a ViT-Ti).
+      gelu: the MLP's GELU, `'tanh'` (approximation; vit_jax, big_vision), `'erf'` (exact; PyTorch/timm default:
+        DeiT, DeiT III, DINOv2) or `'quick'` (x·σ(1.702 x), OpenAI CLIP), see `MlpBlock`; a checkpoint trained with
+        one gives other logits with another (1e-4 … 1e-3 on a ViT-Ti between tanh and erf).
+      layerscale: None (the original ViT) or the initial value of per-block LayerScale vectors `ls1`, `ls2` `[D]`
+        (CaiT / DeiT III / DINOv2: 1e-6 … 1e-5; see `Encoder1DBlock`). A loaded checkpoint replaces the values.
+      norm_pre: a LayerNorm `Transformer/norm_pre` after the posemb, before the first block (CLIP, Radford et al.
+        2021: `ln_pre`; timm `pre_norm=True`).
+      layer_norm_eps: epsilon of every LayerNorm (1e-6: flax's, vit_jax's and timm's default; timm's CLIP towers and
+        OpenCLIP use PyTorch's 1e-5).
       num_registers: R learned register tokens `registers` `[1, R, D]` (Darcet et al. 2024, "Vision Transformers
         Need Registers", §3), inserted after the CLS token once the posemb is added (they carry no position, as in
         DINOv2), attended to by every block and discarded at the output: the classifier reads the CLS token or the
@@ -543,6 +595,9 @@ class VisionTransformer(nn.Module):
     scan: bool = False
     gelu: str = "tanh"
     num_registers: int = 0
+    layerscale: float | None = None
+    norm_pre: bool = False
+    layer_norm_eps: float = 1e-6
 
     def arch(self) -> dict:
         """Resolved sizes: the variant's, with explicit fields overriding."""
@@ -579,7 +634,8 @@ class VisionTransformer(nn.Module):
         x, enc_out = Encoder(a["depth"], a["mlp_dim"], a["num_heads"], self.posemb, self.classifier == "token",
                              self.dropout, self.attention_dropout, self.dtype, self.attention,
                              self.positional_attention_blocks, self.add_posemb, self.skip_ablation,
-                             self.remat_policy, self.scan, gelu=self.gelu, name="Transformer")(
+                             self.remat_policy, self.scan, gelu=self.gelu, layerscale=self.layerscale,
+                             norm_pre=self.norm_pre, layer_norm_eps=self.layer_norm_eps, name="Transformer")(
             x, grid, train, registers)
         out.update({k: v for k, v in enc_out.items()
                     if return_attention or not k.startswith(("attention/", "register_attention/"))})

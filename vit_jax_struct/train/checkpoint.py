@@ -434,7 +434,8 @@ def official_options(config, model) -> dict:
 
     Raises:
       ValueError: the model is neither a ViT nor a ResNetV2, `config.init_posemb_grid` is not `"h,w"`, or the
-        file's GELU (`official.checkpoint_gelu`) is not `model.gelu` (a file that does not say: a warning).
+        file's GELU (`official.checkpoint_gelu`) is not `model.gelu` (a file that does not say: a one-line warning,
+        `official.activation_warning`, which also names the GELU and LayerNorm epsilon of timm's CLIP towers).
     """
     name = config.model.get("name", "vit")
     if name == "resnetv2":
@@ -443,16 +444,11 @@ def official_options(config, model) -> dict:
         raise ValueError(f"config.init_from {config.init_from!r}: a weights file loads into a ViT (vit_jax, "
                          "big_vision .npz; timm .safetensors; Hugging Face folder) or a ResNetV2 (BiT .npz) only, "
                          f"not model.name {config.model.name!r}")
-    gelu, where = official.checkpoint_gelu(config.init_from) if config.get("init_from") else (None, "")
-    ours = config.model.get("gelu", "tanh")
-    if gelu is not None and gelu != ours:
-        raise ValueError(f"config.init_from {config.init_from!r} was trained with the {gelu} GELU ({where}) but "
-                         f"model.gelu is {ours!r}: set --config.model.gelu={gelu} (the other GELU moves the logits "
-                         "by about 1e-3)")
-    if gelu is None and ours == "tanh" and config.get("init_from"):
-        logging.warning("init_from %s does not record its GELU (timm files do not; timm's default is the exact erf, "
-                        "which DeiT, DeiT-III and DINOv2 use): model.gelu is 'tanh'; set --config.model.gelu=erf "
-                        "unless the model was built with act_layer='gelu_tanh'", config.init_from)
+    if config.get("init_from"):
+        warning = official.activation_warning(config.init_from, config.model.get("gelu", "tanh"),
+                                              config.model.get("layer_norm_eps", 1e-6))
+        if warning:
+            logging.warning("%s", warning)
     p = model.arch()["patch_size"]
     src = config.get("init_posemb_grid", "")
     try:
