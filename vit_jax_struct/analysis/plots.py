@@ -453,6 +453,9 @@ def norm_outliers(r: dict, path):
     ax = axes[2]
     m = np.asarray(o["position_fraction"], float).reshape(r["grid"])
     im = ax.imshow(m, cmap="magma", vmin=0.0, vmax=max(float(m.max()), 1e-3))
+    step = max(1, max(m.shape) // 8)  # integer patch indices, at most about 8 per axis
+    ax.set_xticks(range(0, m.shape[1], step))
+    ax.set_yticks(range(0, m.shape[0], step))
     ax.set_xlabel("patch column")
     ax.set_ylabel("patch row")
     cos = (f"neighbour cos {o['neighbour_cosine_outlier']:.2f} vs {o['neighbour_cosine_normal']:.2f} normal"
