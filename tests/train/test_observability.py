@@ -215,6 +215,42 @@ def test_a_failed_background_save_stops_the_run_naming_its_step_and_the_last_goo
     assert sorted(os.listdir(wd / "checkpoints"), key=int)[-1] == "10"
 
 
+def test_when_log_txt_fills_with_the_failed_save_the_save_is_the_error_and_log_calls_never_raise(
+        tmp_path, monkeypatch, capfd):
+    """The disk that fails the background save of step 4 fails log.txt too (CI saw the final `error:` line's own
+    write to log.txt replace the checkpoint error). The run still stops with the `CheckpointError` naming step 4,
+    stderr says once, in one `warning:` line, that log.txt cannot be written (no logging traceback)."""
+    original_async_save = ocp.StandardCheckpointHandler.async_save
+    full = []
+
+    async def async_save(self, directory, *a, **k):
+        futures = list(await original_async_save(self, directory, *a, **k) or [])
+        if os.path.basename(os.path.dirname(str(directory))).startswith("4."):
+            futures.append(_FailedWrite())
+            full.append(True)
+        return futures
+
+    original_append = storage.append_line
+
+    def append_line(f, p, line):
+        if full and str(p).endswith("log.txt"):
+            raise storage.StorageError(f"cannot write {p}: [Errno 28] No space left on device")
+        return original_append(f, p, line)
+
+    monkeypatch.setattr(ocp.StandardCheckpointHandler, "async_save", async_save)
+    monkeypatch.setattr(storage, "append_line", append_line)
+    wd = tmp_path / "w"
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        trainer.train_and_evaluate(tiny_config(total_steps=10, checkpoint_every_steps=2, eval_every_steps=0), str(wd))
+    assert str(err.value).startswith(f"saving checkpoint step 4 ({wd}/checkpoints/4) failed: No space left on device")
+    stderr = capfd.readouterr().err
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [f"warning: StorageError: cannot write {wd}/log.txt: [Errno 28] No space left on device; "
+                        "later lines are not written to it"], warnings
+    assert "Logging error" not in stderr and "Traceback" not in stderr
+    assert "error:" not in (wd / "log.txt").read_text()  # the final line could not be written: nothing half-written
+
+
 def test_library_errors_are_counted_once_per_message_whatever_the_names_and_numbers():
     from vit_jax_struct.train import runlog
 

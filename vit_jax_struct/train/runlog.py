@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import logging as logging_std
 import re
+import sys
 
 import jax
 from absl import logging as absl_logging
@@ -158,6 +159,11 @@ class RunLog(logging_std.Handler):
     (object stores), `close()` at the end (also detaches). `note(text)` writes a line to the file only (e.g. the final
     `error:` line, which `main.py` prints to stderr itself).
 
+    Once the run is under way, a write to log.txt that fails (disk full, folder gone) is said once on stderr, as one
+    `warning:` line naming the file, and later records are not written to it: a log call never raises and never
+    prints a traceback, and the error that stops the run (the checkpointer's or the metrics writer's, on the same
+    fault) stays the one reported. `write_error` holds the first failure (None: none).
+
     Raises (from `open`, `flush`):
       storage.StorageError: log.txt cannot be written (names it).
     """
@@ -172,6 +178,7 @@ class RunLog(logging_std.Handler):
         self._file = None
         self._dirty = False
         self._summary_written = None
+        self.write_error: Exception | None = None
 
     def start(self) -> RunLog:
         LIBRARY_ERRORS.reset()
@@ -189,12 +196,27 @@ class RunLog(logging_std.Handler):
                     self._write(line + "  (repeats are counted, not written)")
                 return
             self._write(self.format(record))
-        except Exception:  # A failing log file must not fail the run from inside a log call.
-            self.handleError(record)
+        except Exception as e:  # A failing log file must not fail the run from inside a log call.
+            self._write_failed(e)
+
+    def handleError(self, record) -> None:
+        """Formatting or writing `record` failed: said once in one line (logging's default prints a traceback)."""
+        self._write_failed(sys.exc_info()[1])
+
+    def _write_failed(self, e: BaseException | None) -> None:
+        if self.write_error is None:
+            self.write_error = e if isinstance(e, Exception) else RuntimeError(str(e))
+            sys.stderr.write(f"warning: {short_error(self.write_error)}; later lines are not written to it\n")
+            sys.stderr.flush()
 
     def _write(self, line: str) -> None:
+        if self.write_error is not None:
+            return
         if self._file is not None:
-            storage.append_line(self._file, self.path, line)
+            try:
+                storage.append_line(self._file, self.path, line)
+            except storage.StorageError as e:
+                self._write_failed(e)
         else:
             self._lines.append(line)
             self._dirty = True
@@ -227,7 +249,7 @@ class RunLog(logging_std.Handler):
             raise storage.StorageError(f"cannot write {self.path}: {e}") from e
         lines, self._lines = self._lines, []
         for line in lines:
-            self._write(line)
+            storage.append_line(self._file, self.path, line)
 
     def flush(self) -> None:
         """Makes the records durable (an object store: one upload of the whole file if anything changed)."""
