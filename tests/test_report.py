@@ -312,3 +312,22 @@ def test_runs_csv_names_the_device_and_dtype_a_run_trained_on(tmp_path):
     assert (rows["gpu0"]["device"], rows["gpu0"]["dtype"], rows["gpu0"]["code"]) == ("gpu: NVIDIA H200 × 1",
                                                                                       "bfloat16", "abc")
     assert (rows["old0"]["device"], rows["old0"]["dtype"]) == ("not recorded", "not recorded")
+
+
+def test_step_ticks_of_a_long_run_are_few_and_short():
+    """16,000 steps once drew "10000120001400016000" under the panel: at most 7 ticks, labels of ≤ 4 characters."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from vit_jax_struct.train import curves
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 16000], [1.0, 0.0])
+    curves._step_axis(ax)
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    labels = [ax.xaxis.get_major_formatter()(t, i) for i, t in enumerate(ax.get_xticks()) if lo <= t <= hi]
+    plt.close(fig)
+    assert labels == ["0", "5000", "10k", "15k"], labels

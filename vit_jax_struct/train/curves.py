@@ -19,6 +19,17 @@ CURVE_PANELS = (("train/loss", "train loss"), ("eval/accuracy", "eval accuracy")
                 ("fewshot/", "few-shot accuracy (ridge on pre-logits)"))
 
 
+def _step_axis(ax) -> None:
+    """Labels `ax`'s x axis "step" with at most 6 ticks on round numbers, steps from 10,000 written as `12k`, so
+    tick labels of long runs never run together (seen at 16,000 steps: "10000120001400016000")."""
+    from matplotlib import ticker
+
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=6, integer=True, steps=[1, 2, 2.5, 5, 10]))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(
+        lambda x, _: f"{x / 1000:g}k" if abs(x) >= 10_000 else f"{x:g}"))
+
+
 def _series(records, key):
     """`(steps, values)` of `key` in metrics records (`[{"step": …, key: …}]`), sorted by step; last value wins."""
     pts = {}
@@ -89,7 +100,7 @@ def training_curves(runs: dict, path, title: str) -> None:
                          marker="o" if len(runs) == 1 else "osv^D<>p"[i % 8],
                          label=short if len(runs) == 1 else f"{label}: {short}")
     for ax, (key, name) in zip(axes, CURVE_PANELS[:panels]):
-        ax.set_xlabel("step")
+        _step_axis(ax)
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
         n = len(ax.lines)
@@ -134,7 +145,7 @@ def _overlay(runs: dict, axes, styles, fig) -> None:
             style = datasets.setdefault(key[len("fewshot/"):], styles[len(datasets) % len(styles)])
             axes[2].plot(x, y, style, color=color, marker=marker, ms=3.5, alpha=0.85)
     for ax, (key, name) in zip(axes, CURVE_PANELS, strict=False):
-        ax.set_xlabel("step")
+        _step_axis(ax)
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
     if datasets:
