@@ -9,8 +9,18 @@ of the ViT (against the BiT model with `--bit`) as a child process and reports i
     python benchmarks/analysis_memory.py --vit=B/16 --bit=r50x1 --images=/data/imagenet-sample --examples=100
     python benchmarks/analysis_memory.py --vit=L/16 --examples=1024 --batch=128 --images=/data/imagenet/val
 
+`--timm=NAME` writes a random `.safetensors` in timm's layout with the tensor names and shapes of a published timm
+model instead (no head where the published file has none), and analyses it with the config overrides a user gives
+for the real file (`TIMM_MODELS`):
+
+    python benchmarks/analysis_memory.py --timm=vit_small_patch14_dinov2.lvd142m --examples=64 --batch=32
+    python benchmarks/analysis_memory.py --timm=vit_small_patch14_reg4_dinov2.lvd142m --examples=64 --batch=32
+    python benchmarks/analysis_memory.py --timm=deit3_small_patch16_224.fb_in1k --examples=64 --batch=32
+
 `--images` is a folder of `<class>/*.jpg` (read for both the analysis and the probes' train split); without it,
-`--examples` random JPEGs in 4 classes are written to a temporary folder. Prints one JSON line.
+`--examples` random JPEGs in 4 classes are written to a temporary folder. Prints one JSON line: wall time, CPU time
+of the analysis process (user + system, little changed by other work on the machine, unlike the wall time) and its
+peak resident memory.
 """
 
 from __future__ import annotations
@@ -58,6 +68,44 @@ def write_bit(spec: str, path: str, classes: int = 21843) -> str:
     return path
 
 
+# timm name -> (our config.model for the file's shapes, image size of the file's posemb, head classes (0: the published
+# file has no head), the `--config.…` overrides a user gives for the real file on top of configs/vit_s16.py).
+TIMM_MODELS = {
+    "vit_small_patch14_dinov2.lvd142m": (
+        dict(variant="S/14", gelu="erf", layerscale=1e-5), 518, 0,
+        ["--config.model.variant=S/14", "--config.model.gelu=erf", "--config.model.layerscale=1e-5",
+         "--config.pp.normalize=imagenet"]),
+    "vit_small_patch14_reg4_dinov2.lvd142m": (
+        dict(variant="S/14", gelu="erf", layerscale=1e-5, num_registers=4), 518, 0,
+        ["--config.model.variant=S/14", "--config.model.gelu=erf", "--config.model.layerscale=1e-5",
+         "--config.model.num_registers=4", "--config.pp.normalize=imagenet"]),
+    "deit3_small_patch16_224.fb_in1k": (
+        dict(variant="S/16", gelu="erf", layerscale=1e-6), 224, 1000,
+        ["--config.model.gelu=erf", "--config.model.layerscale=1e-6", "--config.pp.normalize=imagenet"]),
+}
+
+
+def write_timm(name: str, path: str) -> str:
+    """A random `.safetensors` with the names and shapes of timm's published `name` (`TIMM_MODELS`), written without
+    our export metadata (a published file records no activation)."""
+    import jax
+    import numpy as np
+
+    from vit_jax_struct import export
+    from vit_jax_struct.models import get_model, torch_layouts
+
+    cfg, size, classes, _ = TIMM_MODELS[name]
+    model = get_model(dict(cfg), max(classes, 1))
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), np.zeros((1, size, size, 3))))["params"]
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda s: 0.02 * rng.standard_normal(s.shape, np.float32), shapes)
+    if not classes:
+        params = {k: v for k, v in params.items() if k != "head"}
+    tensors = export.convert(params, "timm")
+    torch_layouts.write_safetensors(path, tensors, {"format": "pt"})
+    return path
+
+
 def synthetic_folder(root: str, n: int) -> str:
     import numpy as np
     from PIL import Image
@@ -74,6 +122,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--vit", default="B/16", help="ViT variant (configs/vit_<x><p>.py must exist), e.g. B/16, L/16")
     p.add_argument("--bit", default="", help="also a BiT model for cross-model CKA, e.g. r50x1 or r152x2")
+    p.add_argument("--timm", default="", choices=["", *TIMM_MODELS],
+                   help="a published timm model's layout and shapes instead of --vit (analysed at 224 px)")
     p.add_argument("--images", default="", help="image folder <class>/*.jpg (default: synthetic)")
     p.add_argument("--examples", type=int, default=64, help="analysis images (the probes' train split: as many)")
     p.add_argument("--batch", type=int, default=32)
@@ -84,9 +134,14 @@ def main(argv=None):
     os.makedirs(work, exist_ok=True)
     images = a.images or synthetic_folder(os.path.join(work, "images"), a.examples)
     t0 = time.time()
-    vit_path = write_vit(a.vit, os.path.join(work, f"ViT-{a.vit.replace('/', '_')}.npz"))
-    cmd = [sys.executable, os.path.join(ROOT, "main.py"), "--mode=analyze",
-           f"--config={os.path.join(ROOT, 'configs', 'vit_' + a.vit.replace('/', '').lower() + '.py')}:folder={images}",
+    if a.timm:
+        vit_path = write_timm(a.timm, os.path.join(work, f"{a.timm}.safetensors"))
+        config, overrides = os.path.join(ROOT, "configs", "vit_s16.py"), TIMM_MODELS[a.timm][3]
+    else:
+        vit_path = write_vit(a.vit, os.path.join(work, f"ViT-{a.vit.replace('/', '_')}.npz"))
+        config, overrides = os.path.join(ROOT, "configs", "vit_" + a.vit.replace("/", "").lower() + ".py"), []
+    cmd = [sys.executable, os.path.join(ROOT, "main.py"), "--mode=analyze", f"--config={config}:folder={images}",
+           *overrides,
            f"--config.init_from={vit_path}", "--config.data.train_split=.", "--config.data.eval_split=.",
            f"--workdir={os.path.join(work, 'out')}", f"--analysis_examples={a.examples}",
            f"--analysis_batch={a.batch}", f"--analysis_probe_examples={a.examples}"]
@@ -102,11 +157,13 @@ def main(argv=None):
     if proc.returncode:
         sys.stderr.write(proc.stderr[-4000:])
         raise SystemExit(f"analysis failed ({proc.returncode}): {' '.join(cmd)}")
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # Linux: KiB
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_kib = usage.ru_maxrss  # Linux: KiB
     with open(os.path.join(work, "out", "analysis", "analysis.json")) as f:
         res = json.load(f)
-    out = {"vit": a.vit, "bit": a.bit or None, "examples": res["examples"], "batch": a.batch,
-           "probe_train_examples": a.examples, "wall_s": round(wall, 1), "peak_rss_gib": round(peak_kib / 2**20, 2),
+    out = {"vit": a.timm or a.vit, "bit": a.bit or None, "examples": res["examples"], "batch": a.batch,
+           "probe_train_examples": a.examples, "wall_s": round(wall, 1),
+           "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_gib": round(peak_kib / 2**20, 2),
            "checkpoint_write_s": round(write_s, 1), "file_mib": round(os.path.getsize(vit_path) / 2**20, 1),
            "cpus": os.cpu_count(), "workdir": work}
     print(json.dumps(out))

@@ -116,6 +116,7 @@ def base() -> ml_collections.ConfigDict:
     #                                   pixels, no faster here: benchmarks/input_pipeline.py, docs/input_pipeline.md)
     c.pp.eval_crop_fraction = 0.875
     c.pp.value_range = (-1.0, 1.0)    # applied on the device: batches travel as uint8 (data/preprocess.py)
+    c.pp.normalize = ""               # instead of value_range: "imagenet" / "clip" mean/std (DeiT, DINOv2, CLIP)
     # RandAugment (Cubuk et al. 2020) after crop + flip, TF/big_vision op list and magnitude scale (data/augment.py).
     c.pp.randaug_layers = 0           # ops per image; 0: off. AugReg: 2
     c.pp.randaug_magnitude = 10       # 0..30 on TF's scale (10 = max level); AugReg: 0, 10, 15, 20

@@ -186,8 +186,17 @@ def hf_config(arch: dict, image_size: int, class_names=None) -> dict:
 
 def preprocessing(image_size: int, value_range) -> dict:
     """What the model expects as input: RGB `[S, S, 3]`, `x = uint8 / 255 * (high - low) + low`, and the same as
-    a per-channel `mean` / `std` on `uint8 / 255` (`(x01 - mean) / std`, the PyTorch convention)."""
-    lo, hi = (float(v) for v in value_range)
+    a per-channel `mean` / `std` on `uint8 / 255` (`(x01 - mean) / std`, the PyTorch convention). `value_range`:
+    `preprocess.input_scaling` of the run's `pp` (a per-channel `(mean, std)` from `pp.normalize` is written as is,
+    with `value_range` None)."""
+    from vit_jax_struct.data import preprocess
+
+    value_range = preprocess.check_value_range(value_range)
+    if np.ndim(value_range[0]):
+        mean, std = value_range
+        return {"image_size": int(image_size), "value_range": None, "channels": "RGB",
+                "formula": "x = (uint8 / 255 - mean) / std", "mean": list(mean), "std": list(std)}
+    lo, hi = value_range
     return {"image_size": int(image_size), "value_range": [lo, hi], "channels": "RGB",
             "formula": "x = uint8 / 255 * (high - low) + low", "mean": [-lo / (hi - lo)] * 3,
             "std": [1.0 / (hi - lo)] * 3}
@@ -273,7 +282,9 @@ def export(workdir: str, fmt: str, out: str, step: int | None = None, overwrite:
     check_model(model, fmt)
     _check_out(out, fmt, overwrite)
     image_size = int(config["data"]["image_size"])
-    value_range = config.get("pp", {}).get("value_range", (-1.0, 1.0))
+    from vit_jax_struct.data import preprocess
+
+    value_range = preprocess.input_scaling(config.get("pp", {}))
     names_path = storage.join(workdir, trainer.CLASS_NAMES)
     class_names = json.loads(storage.read_text(names_path)) if storage.exists(names_path) else None
     try:

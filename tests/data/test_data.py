@@ -61,6 +61,27 @@ def test_eval_preprocess_value_range_and_center_crop():
     np.testing.assert_array_equal(same["image"], -1.0)
 
 
+def test_per_channel_normalisation_is_torchvisions_on_the_host_and_in_jit():
+    """`pp.normalize=imagenet`: `(uint8 / 255 - mean) / std` per channel (torchvision's Normalize after ToTensor),
+    computed in float64 here as the independent reference; numpy and jitted jnp agree with it to float32 rounding."""
+    import jax
+    import jax.numpy as jnp
+
+    scaling = preprocess.input_scaling({"normalize": "imagenet", "value_range": (-1.0, 1.0)})
+    assert scaling == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    x = np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1).repeat(3, -1)
+    x[..., 1] = 255 - x[..., 1]
+    want = (x.astype(np.float64) / 255 - np.array(scaling[0])) / np.array(scaling[1])
+    for got in (preprocess.to_value_range(x, scaling),
+                jax.jit(lambda b: preprocess.to_value_range(b, scaling, jnp))(x)):
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=2e-6)
+    assert np.asarray(want[0, 0, 0]) == pytest.approx([-0.485 / 0.229, (1 - 0.456) / 0.224, -0.406 / 0.225])
+    assert preprocess.input_scaling({"value_range": (0, 1)}) == (0.0, 1.0)  # no normalize: the value range
+    with pytest.raises(ValueError, match=r"^pp.normalize 'imagenet21k' is not one of '', 'imagenet', 'clip'$"):
+        preprocess.input_scaling({"normalize": "imagenet21k"})
+
+
 def test_train_preprocess_crops():
     rng = np.random.default_rng(0)
     for _ in range(200):

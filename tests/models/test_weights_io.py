@@ -370,3 +370,16 @@ def test_bad_export_input_is_one_line_and_writes_nothing(run, tmp_path, capsys):
     assert "exists; pass --overwrite" in capsys.readouterr().err
     assert export.main([f"--workdir={workdir}", "--format=timm", f"--out={out}", "--overwrite"]) == 0
     assert logging.get_absl_logger().level == level
+
+
+def test_a_run_normalised_per_channel_exports_its_mean_and_std():
+    """`pp.normalize=imagenet` (DeiT / DINOv2 inputs): the sidecar and the Hugging Face processor carry the
+    per-channel mean and std themselves; a value range becomes the equivalent scalar mean / std."""
+    from vit_jax_struct.data import preprocess
+
+    pp = export.preprocessing(224, preprocess.input_scaling({"normalize": "imagenet"}))
+    assert pp["value_range"] is None and pp["formula"] == "x = (uint8 / 255 - mean) / std"
+    hf = export.hf_preprocessor_config(pp)
+    assert (hf["image_mean"], hf["image_std"]) == ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    plain = export.preprocessing(224, preprocess.input_scaling({"value_range": (-1.0, 1.0)}))
+    assert (plain["mean"], plain["std"], plain["value_range"]) == ([0.5] * 3, [0.5] * 3, [-1.0, 1.0])

@@ -107,7 +107,7 @@ def make_batch_transform(config, num_classes: int):
     check_config(m)
     alpha, cutmix_alpha = float(m.get("alpha", 0.0)), float(m.get("cutmix_alpha", 0.0))
     prob, switch_prob = float(m.get("prob", 1.0)), float(m.get("switch_prob", 0.5))
-    value_range = tuple(config.pp.get("value_range", (-1.0, 1.0)))
+    value_range = preprocess.input_scaling(config.pp)
     root = jax.random.fold_in(jax.random.key(config.seed), 2)
     on = (alpha > 0 or cutmix_alpha > 0) and prob > 0
 

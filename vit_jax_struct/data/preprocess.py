@@ -48,25 +48,70 @@ def inception_crop_box(h: int, w: int, rng: np.random.Generator, area_range=(0.0
     return (0, 0, w, h)
 
 
-def to_value_range(images, value_range, xp=np):
-    """uint8 pixels (any shape, e.g. `[B, H, W, 3]`) -> float32 `x * (hi - lo) / 255 + lo` in `value_range`.
+# `pp.normalize`: the per-channel input normalisation of published PyTorch-trained models, `(mean, std)` in RGB order
+# on pixels in [0, 1] (`(uint8 / 255 - mean) / std`); the constants of timm's `timm.data.constants`.
+NORMALIZATIONS = {
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # torchvision's: DeiT, DeiT III, DINOv2, BEiT
+    "clip": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),  # OpenAI / OpenCLIP
+}
 
+
+def input_scaling(pp) -> tuple:
+    """How a run's uint8 pixels become the model's input: `pp.value_range` as `(low, high)` floats, or, when
+    `pp.normalize` names one of `NORMALIZATIONS`, its per-channel `((mean_r, mean_g, mean_b), (std_r, std_g, std_b))`.
+    `pp`: `config.pp` (a ConfigDict or a plain dict, e.g. a run's config.json).
+
+    Raises:
+      ValueError: `pp.normalize` is not "" or a name of `NORMALIZATIONS`, or `pp.value_range` is not a pair
+        low < high.
+    """
+    name = pp.get("normalize", "") or ""
+    if name:
+        if name not in NORMALIZATIONS:
+            raise ValueError(f"pp.normalize {name!r} is not one of '', {', '.join(map(repr, NORMALIZATIONS))}")
+        return NORMALIZATIONS[name]
+    return check_value_range(pp.get("value_range", (-1.0, 1.0)))
+
+
+def _per_channel(value_range) -> bool:
+    return np.ndim(value_range[0]) > 0
+
+
+def to_value_range(images, value_range, xp=np):
+    """uint8 pixels (any shape ending in channels, e.g. `[B, H, W, 3]`) -> float32 model input.
+
+    `value_range`: `(lo, hi)` gives `x * (hi - lo) / 255 + lo`; per-channel `(mean, std)` triples (`input_scaling`
+    of `pp.normalize`) give `(x / 255 - mean) / std`, computed as one multiply-add per channel.
     `xp` is `numpy` (host) or `jax.numpy` (inside the jitted step, where the trainer scales uint8 batches); both give
     the same float32 values up to one rounding of the multiply-add. Float inputs are returned unchanged (already
     scaled), so float batches still work.
     """
     if images.dtype != xp.uint8:
         return images
+    if _per_channel(value_range):
+        mean, std = (np.asarray(v, np.float64) for v in value_range)
+        scale, shift = (1.0 / (255.0 * std)).astype(np.float32), (-mean / std).astype(np.float32)
+        return images.astype(xp.float32) * xp.asarray(scale) + xp.asarray(shift)
     lo, hi = (float(v) for v in value_range)
     return images.astype(xp.float32) * xp.float32((hi - lo) / 255.0) + xp.float32(lo)
 
 
 def check_value_range(value_range) -> tuple:
-    """`(lo, hi)` floats with lo < hi. Raises ValueError naming `pp.value_range` otherwise."""
+    """`(lo, hi)` floats with lo < hi, or per-channel `(mean, std)` triples with std > 0 (`input_scaling`), as tuples.
+
+    Raises:
+      ValueError: naming `pp.value_range` otherwise.
+    """
     try:
+        if len(value_range) == 2 and _per_channel(value_range):
+            mean, std = (tuple(float(x) for x in v) for v in value_range)
+            if len(mean) == len(std) == 3 and min(std) > 0:
+                return mean, std
+            raise ValueError
         lo, hi = (float(v) for v in value_range)
     except (TypeError, ValueError):
-        raise ValueError(f"pp.value_range {value_range!r} is not a pair (low, high) of numbers") from None
+        raise ValueError(f"pp.value_range {value_range!r} is not a pair (low, high) of numbers (or a per-channel "
+                         "(mean, std) pair of triples with std > 0)") from None
     if not lo < hi:
         raise ValueError(f"pp.value_range {value_range!r} needs low < high")
     return lo, hi

@@ -94,7 +94,7 @@ class FewShotEvaluator:
             self._batches[name] = tuple(
                 pipeline.CachedEvalBatches(src, eval_pp, per_host_batch, jax.process_index(), jax.process_count())
                 for src in self.sets[name][:2])
-        value_range = config.pp.get("value_range", (-1.0, 1.0))
+        value_range = preprocess.input_scaling(config.pp)
 
         def features(variables, batch):
             images = preprocess.to_value_range(batch["image"], value_range, jnp)

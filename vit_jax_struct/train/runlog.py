@@ -318,7 +318,8 @@ def augmentation_line(config) -> str:
     if config.data.get("permute_patches"):
         parts.append(f"patches permuted (seed {config.data.get('permutation_seed', 0)})")
     parts.append(f"eval centre crop {pp.get('eval_crop_fraction', 0.875):g}")
-    parts.append(f"values in {tuple(pp.get('value_range', (-1.0, 1.0)))}")
+    parts.append(f"per-channel mean/std normalisation {pp.normalize!r}" if pp.get("normalize") else
+                 f"values in {tuple(pp.get('value_range', (-1.0, 1.0)))}")
     return "preprocessing: " + ", ".join(parts)
 
 

@@ -145,7 +145,7 @@ def build(config, devices=None):
 def build_model(config, num_classes: int, total_steps: int, mesh) -> dict:
     """The model half of `build`, reading no data: `model`, `train_pp`, `eval_pp` (wrapped in the patch permutation
     when `data.permute_patches`), `permutation` (or None), `tx`, `schedule`, `abstract_state` (`ShapeDtypeStruct`s
-    with shardings on `mesh`), `init_state` (jitted, of the init key) and `value_range` (`pp.value_range`).
+    with shardings on `mesh`), `init_state` (jitted, of the init key) and `value_range` (`preprocess.input_scaling`: `pp.value_range` or `pp.normalize`).
 
     Raises:
       ValueError: a bad model, preprocessing, mixup, permutation, optimizer or loss value, naming it.
@@ -187,7 +187,7 @@ def build_model(config, num_classes: int, total_steps: int, mesh) -> dict:
                                   shapes, state_sh)
     return dict(model=model, train_pp=train_pp, eval_pp=eval_pp, permutation=perm, tx=tx, schedule=schedule,
                 abstract_state=abstract_state, init_state=jax.jit(init_state, out_shardings=state_sh),
-                value_range=tuple(config.pp.get("value_range", (-1.0, 1.0))))
+                value_range=preprocess.input_scaling(config.pp))
 
 
 def make_train_iterator(config, parts):
@@ -329,7 +329,7 @@ def make_eval_step(config, model, num_classes, mesh, variables_sharding):
 
     @sharding.activation_sharding(mesh)
     def eval_fn(variables, batch):
-        images = preprocess.to_value_range(batch["image"], config.pp.get("value_range", (-1.0, 1.0)), jnp)
+        images = preprocess.to_value_range(batch["image"], preprocess.input_scaling(config.pp), jnp)
         logits, _ = model.apply(variables, images, train=False)
         loss = optim.classification_loss(logits, batch["label"], num_classes, config.loss)
         correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)

@@ -138,6 +138,7 @@ RULES = {
     "pp.jpeg_decoder": _enum(*sources.JPEG_DECODERS),
     "pp.eval_crop_fraction": _float(0, 1, lo_open=True),
     "pp.value_range": _value_range,
+    "pp.normalize": _enum("", *preprocess.NORMALIZATIONS),
     "optim.name": _enum(*optim.OPTIMIZERS),
     "optim.lr": _float(0),
     "optim.warmup_steps": _int(0),
