@@ -74,11 +74,12 @@ TIMM_MODELS = {
     "vit_small_patch14_dinov2.lvd142m": (
         dict(variant="S/14", gelu="erf", layerscale=1e-5), 518, 0,
         ["--config.model.variant=S/14", "--config.model.gelu=erf", "--config.model.layerscale=1e-5",
-         "--config.pp.normalize=imagenet"]),
+         "--config.pp.normalize=imagenet", "--config.init_posemb_resize=bicubic"]),
     "vit_small_patch14_reg4_dinov2.lvd142m": (
         dict(variant="S/14", gelu="erf", layerscale=1e-5, num_registers=4), 518, 0,
         ["--config.model.variant=S/14", "--config.model.gelu=erf", "--config.model.layerscale=1e-5",
-         "--config.model.num_registers=4", "--config.pp.normalize=imagenet"]),
+         "--config.model.num_registers=4", "--config.pp.normalize=imagenet",
+         "--config.init_posemb_resize=bicubic"]),
     "deit3_small_patch16_224.fb_in1k": (
         dict(variant="S/16", gelu="erf", layerscale=1e-6), 224, 1000,
         ["--config.model.gelu=erf", "--config.model.layerscale=1e-6", "--config.pp.normalize=imagenet"]),
