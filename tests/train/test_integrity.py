@@ -160,6 +160,34 @@ def test_a_disk_that_fills_during_a_background_save_is_one_error_line_naming_tha
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+def test_a_partial_folder_recreated_after_its_move_is_moved_aside_too(tmp_path, monkeypatch):
+    """A writer of a failed save that outlives the manager's futures recreates `<step>.orbax-checkpoint-tmp` after
+    the first move (seen once in CI under load): the close-time sweep moves it beside the first, under a name of
+    its own, and leaves only complete steps in the checkpoint folder."""
+    ckpt = checkpoint.Checkpointer(str(tmp_path / "checkpoints"), async_save=False)
+    (tmp_path / "checkpoints" / "30").mkdir()
+    tmp = tmp_path / "checkpoints" / "60.orbax-checkpoint-tmp"
+    (tmp / "state").mkdir(parents=True)
+    moves = []
+    real_move = checkpoint.storage.move
+
+    def move_then_recreate(src, dst):  # the late writer: the folder comes back once, right after the first move
+        real_move(src, dst)
+        moves.append(dst)
+        if len(moves) == 1:
+            (tmp / "state" / "late").mkdir(parents=True)
+
+    monkeypatch.setattr(checkpoint.storage, "move", move_then_recreate)
+    ckpt._failed_steps.add(60)
+    ckpt._sweep_failed(settle_s=0.2)
+    ckpt._sweep_failed(settle_s=0.2)  # a second sweep finds nothing more to move
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["30"]
+    assert len(moves) == 2 and moves[0] != moves[1], moves
+    assert sorted(os.listdir(tmp_path / "checkpoints.broken")) == sorted(os.path.basename(m) for m in moves)
+    assert os.path.isdir(os.path.join(moves[1], "state", "late"))
+    ckpt.manager.close()
+
+
 def test_preemption_exits_143_and_the_rerun_logs_each_step_once(tmp_path):
     wd = tmp_path / "w"
     args = [sys.executable, "main.py", "--config=configs/default.py", f"--workdir={wd}", "--config.total_steps=1000",

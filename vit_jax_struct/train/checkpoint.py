@@ -252,18 +252,34 @@ class Checkpointer:
         try:
             if not storage.exists(src):
                 return None
-            dst = storage.join(self.directory + ".broken", f"{step}-{int(time.time())}")
+            dst = base = storage.join(self.directory + ".broken", f"{step}-{int(time.time())}")
+            for n in range(2, 100):  # a folder recreated after the first move lands beside it, not onto it
+                if not storage.exists(dst):
+                    break
+                dst = f"{base}.{n}"
             storage.move(src, dst)
             return dst
         except Exception as e:  # the error of the save still stands
             logging.warning("could not move the partial checkpoint %s aside: %s", src, short_error(e))
             return None
 
-    def _sweep_failed(self) -> None:
+    def _sweep_failed(self, settle_s: float = 1.0, limit_s: float = 15.0) -> None:
         """Moves aside a partial folder of a failed step that a writer still running at the first move recreated
-        (an error can surface before every writer of the save has ended; seen on a loaded CPU)."""
-        for step in sorted(self._failed_steps):
-            self._move_partial(step, wait=False)
+        (an error can surface before every writer of the save has ended, and tensorstore's own writer threads can
+        outlive the manager's futures; seen on a loaded CPU): polls until no such folder has appeared for `settle_s`
+        seconds (at most `limit_s`). Only a failed save pays this wait."""
+        if not self._failed_steps or jax.process_index() != 0 or storage.is_url(self.directory):
+            return
+        start = quiet_since = time.monotonic()
+        while True:
+            for step in sorted(self._failed_steps):
+                if storage.exists(self.step_dir(step) + _TMP_SUFFIX):
+                    self._move_partial(step, wait=False)
+                    quiet_since = time.monotonic()
+            now = time.monotonic()
+            if now - quiet_since >= settle_s or now - start >= limit_s:
+                return
+            time.sleep(0.05)
 
     def _latest_complete(self, exclude: int | None) -> int | None:
         """The newest step the manager finished, other than `exclude` (from memory: the store may be gone)."""
