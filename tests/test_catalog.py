@@ -53,10 +53,12 @@ def test_experiments_doc_is_up_to_date():
     for r in catalog.ROWS:
         assert f"\n## {r.id}\n" in text
     assert "measured" not in text.lower().split("## j1")[0]  # the summary says a status, not "measured"
-    for v in catalog_page.load_verdicts():  # each verdict of the scoreboard appears with its status
+    verdicts = catalog_page.all_verdicts()
+    assert {v["setting"] for v in verdicts} == {catalog_page.EARLIER, catalog_page.TRAINED}
+    for v in verdicts:  # each verdict of both settings' scoreboards appears with its status
         assert f"**{report.shown_status(v['key'], v['status'])}" in text and v["comparison"] in text
     for row in catalog.ROWS:  # one status per row in the summary table
-        status, _ = report.row_status(row.id, [v for v in catalog_page.load_verdicts() if v["row"] == row.id])
+        status, _, _ = catalog_page.row_status(row.id, verdicts)
         assert f"| [{row.id}](#{row.id.lower()}) | {row.title} | {row.number} | **{status}**" in text
     for link in re.findall(r"\]\(((?:results)/[^)]+)\)", text):  # every linked plot/page exists
         assert os.path.exists(os.path.join(ROOT, "docs", link.replace("%20", " "))), link
@@ -118,7 +120,7 @@ def test_every_run_the_scoreboard_lists_is_archived_in_the_repository():
 
 
 def test_the_two_minute_table_gives_every_row_its_status_and_baseline_top1():
-    verdicts = catalog_page.load_verdicts()
+    verdicts = catalog_page.all_verdicts()
     by_row = {}
     for v in verdicts:
         by_row.setdefault(v["row"], []).append(v)
@@ -126,8 +128,41 @@ def test_the_two_minute_table_gives_every_row_its_status_and_baseline_top1():
     body = [line for line in table if line.startswith("| [")]
     assert len(body) == len(catalog.ROWS)
     for row, line in zip(catalog.ROWS, body, strict=True):
-        status, _ = report.row_status(row.id, by_row.get(row.id, []))
+        status, _, where = catalog_page.row_status(row.id, verdicts)
         assert line.startswith(f"| [{row.id}](#{row.id.lower()}) | {row.title}") and f"| **{status}**" in line
+        if row.id in by_row:
+            assert catalog_page.SETTING_NAMES[where] in line
     j1 = body[0]  # both J1 settings, each with its baseline arm's top-1 from runs.csv
     assert "cifar10 2000 steps" in j1 and "cifar100 1000 steps" in j1
     assert f"ViT-Ti/8/w128d6, cifar100: {catalog_page.baseline_top1('cifar100', 'ViT-Ti/8/w128d6')}" in j1
+
+
+def _verdict(key, dataset, n, setting, delta=2.0):
+    row = catalog.JUDGEMENTS[key].row
+    effect = stats.Effect(delta=delta, low=delta - 1.0, high=delta + 1.0, df=4.0, method="Welch t", n_treatment=n,
+                          n_baseline=n, mean_treatment=50.0 + delta, mean_baseline=50.0, sd_treatment=1.0,
+                          sd_baseline=1.0)
+    status, reason = report.judge(key, effect)
+    return {"row": row, "key": key, "comparison": f"a vs b, {dataset}, 1000 steps", "effect": effect,
+            "status": status, "reason": reason, "setting": setting}
+
+
+def test_a_row_takes_the_trained_settings_status_only_once_it_is_judged_on_every_data_set():
+    """The earlier setting judged J1 (no effect within ±1 point) on CIFAR-10 and CIFAR-100; the trained-model setting
+    counts only when both of its comparisons have their 3 seeds. D1 (only in the trained setting) takes its status
+    from there at once."""
+    T, E = catalog_page.TRAINED, catalog_page.EARLIER
+    earlier = [_verdict("J1", "cifar10", 3, E, delta=5.0), _verdict("J1", "cifar100", 3, E, delta=5.0)]
+    one_set = [_verdict("J1", "cifar100", 3, T)]
+    assert catalog_page.status_setting(earlier + one_set) == E  # CIFAR-10 not run in the trained setting yet
+    two_seeds = [_verdict("J1", "cifar100", 3, T), _verdict("J1", "cifar10", 2, T)]
+    assert catalog_page.status_setting(earlier + two_seeds) == E  # an arm below its seeds
+    full = [_verdict("J1", "cifar100", 3, T, delta=0.1), _verdict("J1", "cifar10", 3, T, delta=0.1)]
+    assert catalog_page.status_setting(earlier + full) == T
+    # J1 expects no effect within ±1 point: the earlier Δ = 5 ± 1 contradicts; the trained Δ = 0.1 ± 1 does not
+    assert catalog_page.row_status("J1", earlier + two_seeds)[::2] == ("contradicts", E)
+    assert catalog_page.row_status("J1", earlier + full)[0] != "contradicts"
+    assert catalog_page.row_status("J1", earlier + full)[2] == T
+    d1 = [_verdict("D1acc", "cifar100", 2, T)]
+    assert catalog_page.row_status("D1", d1)[::2] == ("inconclusive", T)  # n = 2 < 3: not judged, but its setting
+    assert catalog_page.status_setting([]) == E and catalog_page.row_status("D1", [])[0] == "not run"

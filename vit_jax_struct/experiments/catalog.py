@@ -64,6 +64,14 @@ SCALE_NOTE = ("The empirical verdicts come from runs on 2 CPU cores, far below t
               "in advance (an arm with fewer is shown with its n and not judged). A status is a "
               "statement about that setting, not about the papers' models; what the papers' scale would still need "
               "is listed per row. The theory rows (J5–J10) run the papers' one-layer model itself, 5 seeds.")
+# The trained-model setting (issue "Regime"): the same sweeps at 16,000 steps, recipes fixed by a pilot before any
+# sweep run (docs/results/regime_pilot/). A row's status comes from it once its comparisons there are judged.
+TRAINED_NOTE = ("The **trained-model setting** reruns the same sweeps, arms and rules at 16,000 steps of batch 128 "
+                "(41 epochs; the budget fixed by a pilot before any of its runs, docs/results/regime_pilot/): top-1 "
+                "of the baseline arm {top1}; its scoreboards: {folders}. A row's status comes from this setting once "
+                "each of its comparisons there has its seeds (and covers every data set the earlier setting judged "
+                "it on); until then from the earlier setting above, and the row says how far the trained-model runs "
+                "are. Both settings' comparisons are listed in each row's section.")
 # What was run and read before the rules below were fixed (commits 7c07f40 and 9a1bf0b, 2026-12-01): both pages say it.
 HISTORY = ("Before the rules on this page were fixed, an earlier CIFAR-10 sweep (`configs/sweeps/cifar_ablations.py:seeds=2`, "
            "the same 8-px-patch ViT; 27 runs, listed in `git show 9c3bac2:docs/results/runs.csv`: 9 ViT runs at 500 "
@@ -351,11 +359,13 @@ ROWS = (
         "models (Fig. 4); with registers the outliers go and performance holds (Table 2); LOST object discovery "
         "with DINOv2 35.3 → 55.4 corloc",
         "`model.num_registers=4`; analysis `norm_outliers` (`--outlier_norm`, `--outlier_mad_k`)",
-        f"{SWEEP100} --only=vit_original --only=vit_reg4 && {VERDICTS}",
+        "python launch/sweep.py --sweep=configs/sweeps/cifar100_permuted.py:regime --root=runs/cifar100_regime --run "
+        "--jobs=2 --only=vit_original --only=vit_reg4 && python -m vit_jax_struct.experiments.verdicts "
+        "--runs=runs/cifar100_regime --out=docs/results/cifar100_regime/verdicts_analysis.json",
         "python main.py --mode=analyze --config=configs/vit_b16.py:folder=IMAGENET --config.data.eval_split=val "
         "--config.init_from=WEIGHTS --workdir=OUT  # published large ViTs with and without registers (DINOv2, "
         "DeiT-III, OpenCLIP in timm layout; docs/published_models.md), the model config matching the weights",
-        comparisons=("D1acc",), results=("docs/results/scoreboard.md",),
+        comparisons=("D1acc",), results=("docs/results/cifar100_regime/scoreboard.md",),
         pending="the register arm's three seeds at the trained-model setting (`configs/sweeps/cifar100_permuted.py:"
                 "regime`, ≈ 1 h a run on one CPU core); the paper's own setting — DINOv2 / OpenCLIP / DeiT-III at "
                 "ViT-L and above, hundreds of epochs — is an accelerator's, and its published checkpoints are "

@@ -1,6 +1,13 @@
 """`docs/experiments.md`: the catalog (`vit_jax_struct/experiments/catalog.py`) with the verdicts of the scoreboard.
 
     python -m vit_jax_struct.experiments.catalog_page --out=docs/experiments.md [--verdicts=docs/results/verdicts.json]
+        [--setting=docs/results/cifar100_regime …]
+
+Two settings: the earlier, small-budget one (`--verdicts`, 1,000–2,000 steps) and the trained-model one (each
+`--setting` folder's `verdicts.json` and `runs.csv`, 16,000 steps; by default every `docs/results/*_regime/`). A row's
+status comes from the trained-model setting once every comparison it has there is judged (its arms at their seeds),
+or when the row has nothing in the earlier one; until then from the earlier setting, which the page says. Both
+settings' comparisons are listed, each under its own heading.
 
 Every row of both papers gets its status (`reproduced` / `contradicts` / `inconclusive` / `not run`), the metric of
 the paper's claim, Δ with its 95 % interval and n per arm, read from the scoreboard's `verdicts.json`
@@ -20,6 +27,15 @@ from vit_jax_struct.experiments import catalog, report, stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VERDICTS = os.path.join(REPO, "docs", "results", "verdicts.json")
+EARLIER, TRAINED = "earlier", "trained"  # the two settings' tags (`v["setting"]`)
+SETTING_NAMES = {EARLIER: "earlier setting (1,000–2,000 steps)", TRAINED: "trained-model setting (16,000 steps)"}
+
+
+def trained_settings() -> list[str]:
+    """The trained-model settings' result folders under docs/results (`*_regime/` with a `verdicts.json`)."""
+    base = os.path.join(REPO, "docs", "results")
+    return sorted(os.path.join(base, d) for d in os.listdir(base)
+                  if d.endswith("_regime") and os.path.exists(os.path.join(base, d, "verdicts.json")))
 
 
 def _note_label(v: dict) -> str:
@@ -29,8 +45,10 @@ def _note_label(v: dict) -> str:
     return v["key"] + (f"; {m.group(1)}" if m else "")
 
 
-def load_verdicts(path: str = VERDICTS) -> list[dict]:
-    """The scoreboard's verdicts with `effect` as a `stats.Effect` and the status judged again (`report.judge`)."""
+def load_verdicts(path: str = VERDICTS, setting: str = EARLIER, runs_csv: str | None = None) -> list[dict]:
+    """The scoreboard's verdicts with `effect` as a `stats.Effect` and the status judged again (`report.judge`),
+    each tagged with its `setting` (EARLIER / TRAINED) and the `runs_csv` its baseline top-1 is read from (default:
+    the runs.csv beside `path`)."""
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -38,7 +56,61 @@ def load_verdicts(path: str = VERDICTS) -> list[dict]:
     for v in rows:
         v["effect"] = None if v["effect"] is None else stats.Effect(**v["effect"])
         v["status"], v["reason"] = report.judge(v["key"], v["effect"])
+        v["setting"] = setting
+        v["runs_csv"] = runs_csv or os.path.join(os.path.dirname(path), "runs.csv")
     return rows
+
+
+def all_verdicts(verdicts_path: str = VERDICTS, settings: list[str] | None = None) -> list[dict]:
+    """Both settings' verdicts (`load_verdicts`): the trained-model settings' (`settings`, default
+    `trained_settings()`) first, then the earlier one's."""
+    settings = trained_settings() if settings is None else settings
+    return ([v for d in settings for v in load_verdicts(os.path.join(d, "verdicts.json"), TRAINED)]
+            + load_verdicts(verdicts_path, EARLIER))
+
+
+def row_status(row_id: str, verdicts: list[dict]) -> tuple[str, str, str]:
+    """`(status, count text, setting)` of a row from both settings' verdicts: `report.row_status` of the verdicts of
+    the setting `status_setting` picks."""
+    vs = [v for v in verdicts if v["row"] == row_id]
+    where = status_setting(vs)
+    return (*report.row_status(row_id, [v for v in vs if v["setting"] == where]), where)
+
+
+def judged(v: dict) -> bool:
+    """Whether a verdict's arms reached the seeds its judgement needs (`Judgement.min_seeds`)."""
+    e = v["effect"]
+    return e is not None and min(e.n_treatment, e.n_baseline or e.n_treatment) >= catalog.JUDGEMENTS[v["key"]].min_seeds
+
+
+def status_setting(vs: list[dict]) -> str:
+    """The setting a row's status comes from: TRAINED once each of the row's comparisons there is judged, or when
+    the row has none in the earlier setting; else EARLIER (the trained-model runs still in progress)."""
+    trained = [v for v in vs if v["setting"] == TRAINED]
+    earlier = [v for v in vs if v["setting"] == EARLIER]
+    if not trained:
+        return EARLIER
+    if not earlier:
+        return TRAINED
+    covered = {_key_dataset(v) for v in trained}
+    complete = all(_key_dataset(v) in covered for v in earlier if v["key"] in catalog.HEADLINE.get(v["row"], ()))
+    return TRAINED if complete and all(judged(v) for v in trained) else EARLIER
+
+
+def _key_dataset(v: dict) -> tuple[str, str | None]:
+    d = re.search(r"\b(cifar\d+)\b", v.get("comparison", ""))
+    return v["key"], d and d.group(1)
+
+
+def _progress(vs: list[dict]) -> str:
+    """How far the trained-model setting's comparisons of a row are: "n = 2 of 3" (the fewest seeds of any arm)."""
+    trained = [v for v in vs if v["setting"] == TRAINED]
+    if not trained:
+        return "not started"
+    ns = [0 if v["effect"] is None else min(v["effect"].n_treatment, v["effect"].n_baseline or v["effect"].n_treatment)
+          for v in trained]
+    need = max(catalog.JUDGEMENTS[v["key"]].min_seeds for v in trained)
+    return f"in progress (n = {min(ns)} of {need} per arm in its least-run arm)"
 
 
 def baseline_top1(dataset: str, model: str,
@@ -114,9 +186,15 @@ def found_table(by_row: dict[str, list[dict]]) -> list[str]:
              "| row | the paper's claim | status | Δ [95 % CI] (method, df; n per arm), setting | baseline top-1 | why |",
              "|---|---|---|---|---|---|"]
     for row in catalog.ROWS:
-        vs = by_row.get(row.id, [])
+        every = by_row.get(row.id, [])
+        where = status_setting(every)
+        vs = [v for v in every if v["setting"] == where]
         own = [v for v in vs if v["key"] in catalog.HEADLINE.get(row.id, ())]
         status, count = report.row_status(row.id, vs)
+        if every:
+            count = "; ".join(x for x in (count, SETTING_NAMES[where]) if x)
+            if where == EARLIER and any(v["setting"] == TRAINED for v in every):
+                count += f"; trained-model setting {_progress(every)}"
         deltas = "<br>".join(_compact(v) for v in own) or "—"
         top1 = []
         for v in own:
@@ -126,7 +204,7 @@ def found_table(by_row: dict[str, list[dict]]) -> list[str]:
                 d = re.search(r"\b(cifar\d+)\b", v.get("comparison", ""))
                 dataset = d and d.group(1)
             if dataset and model:
-                top1.append(f"{model}, {dataset}: {baseline_top1(dataset, model)}")
+                top1.append(f"{model}, {dataset}: {baseline_top1(dataset, model, v['runs_csv'])}")
         theory = bool(own) and not any(re.search(r"\bcifar\d+\b", v.get("comparison", "")) for v in own)
         top1_text = "<br>".join(dict.fromkeys(top1)) or ("— (the one-layer model of the theory)" if theory else "—")
         # Why: the first comparison that made the status (contradicts: one that contradicts; inconclusive: one
@@ -163,12 +241,23 @@ def _short(v: dict) -> str:
             + f"; {n})")
 
 
-def render(verdicts_path: str = VERDICTS) -> str:
+def render(verdicts_path: str = VERDICTS, settings: list[str] | None = None) -> str:
     """The markdown of `docs/experiments.md`: a summary table (status, metric, Δ, CI, n per verdict) and one section
-    per row with its verdict table, commands and links to existing result pages and plots."""
-    verdicts = load_verdicts(verdicts_path)
+    per row with its verdict tables (trained-model setting first, then the earlier one), commands and links to
+    existing result pages and plots. `settings`: the trained-model settings' result folders (default:
+    `trained_settings()`)."""
+    settings = trained_settings() if settings is None else settings
+    verdicts = all_verdicts(verdicts_path, settings)
     scale = catalog.SCALE_NOTE.format(cifar100_top1=baseline_top1("cifar100", "ViT-Ti/8/w128d6"),
                                       grid8_top1=baseline_top1("cifar10", "ViT-Ti/4/w64d6"))
+    trained_top1 = {(ds, m): baseline_top1(ds, m, os.path.join(d, "runs.csv")) for d in settings
+                    for ds, m in (("cifar100", "ViT-Ti/8/w128d6"), ("cifar10", "ViT-Ti/4/w64d6"))}
+    shown = {k: t for k, t in trained_top1.items() if t != "not run"}
+    scale += " " + catalog.TRAINED_NOTE.format(
+        top1="; ".join(f"{m} on {ds}: {t}" for (ds, m), t in shown.items()) or "no finished run yet",
+        folders=", ".join(f"[{os.path.relpath(d, os.path.join(REPO, 'docs'))}/scoreboard.md]"
+                          f"({os.path.relpath(d, os.path.join(REPO, 'docs'))}/scoreboard.md)" for d in settings)
+        or "none yet")
     power = margin_power(verdicts)
     by_row: dict[str, list[dict]] = {}
     for v in verdicts:
@@ -200,11 +289,19 @@ def render(verdicts_path: str = VERDICTS) -> str:
              "| id | experiment | paper says | row status | metric (judged on) | ours (status: comparison, Δ [95 % CI] "
              "(method; n per arm)) |", "|---|---|---|---|---|---|"]
     for row in catalog.ROWS:
-        vs = by_row.get(row.id, [])
+        every = by_row.get(row.id, [])
+        where = status_setting(every)
+        vs = [v for v in every if v["setting"] == where]
+        others = len(every) - len(vs)
         ours = "<br>".join(_short(v) for v in vs) if vs else "**not run**" + (
             f" — {row.pending}" if row.pending else "")
+        if vs and others:
+            ours += (f"<br>(+ {others} comparison{'s' if others > 1 else ''} of the "
+                     f"{SETTING_NAMES[TRAINED if where == EARLIER else EARLIER]}: see [{row.id}](#{row.id.lower()}))")
         metrics = "<br>".join(dict.fromkeys(j.metric for j in catalog.JUDGEMENTS.values() if j.row == row.id)) or "—"
         status, count = report.row_status(row.id, vs)
+        if vs:
+            count = "; ".join(x for x in (count, SETTING_NAMES[where]) if x)
         lines.append(f"| [{row.id}](#{row.id.lower()}) | {row.title} | {row.number} | **{status}**"
                      + (f" ({count})" if count else "") + f" | {metrics} | {ours} |")
     for row in catalog.ROWS:
@@ -224,15 +321,23 @@ def render(verdicts_path: str = VERDICTS) -> str:
                          + (f" **Post hoc**: {j.history}." if j.history else "")
                          + (f" **Caveat**: {j.caveat}." if j.caveat else ""))
         vs = by_row.get(row.id, [])
-        if vs:
-            lines += ["", "| comparison | metric; Δ = treatment − baseline | baseline | treatment | Δ [95 % CI] | status |",
+        where = status_setting(vs)
+        for setting in (TRAINED, EARLIER):
+            part = [v for v in vs if v["setting"] == setting]
+            if not part:
+                continue
+            counts = "the row's status" if setting == where else "shown, not counted in the row's status"
+            if setting == TRAINED and where == EARLIER:
+                counts += f" ({_progress(vs)})"
+            lines += ["", f"*{SETTING_NAMES[setting][0].upper()}{SETTING_NAMES[setting][1:]}* ({counts}):", "",
+                      "| comparison | metric; Δ = treatment − baseline | baseline | treatment | Δ [95 % CI] | status |",
                       "|---|---|---|---|---|---|"]
-            for v in vs:
+            for v in part:
                 lines.append(f"| {v['comparison']} | " + " | ".join(report.verdict_cells(v)) + " |")
-            notes = [f"Note ({_note_label(v)}): {v['note']}" for v in vs if v.get("note")]
+            notes = [f"Note ({_note_label(v)}): {v['note']}" for v in part if v.get("note")]
             if notes:
                 lines += [""] + list(dict.fromkeys(notes))
-        else:
+        if not vs:
             lines += ["", "Status: **not run**."]
         if row.pending:
             lines += ["", f"Still needed: {row.pending.rstrip('.')}."]
@@ -252,10 +357,18 @@ def render(verdicts_path: str = VERDICTS) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "experiments.md"))
-    ap.add_argument("--verdicts", default=VERDICTS, help="the scoreboard's verdicts.json")
+    ap.add_argument("--verdicts", default=VERDICTS, help="the earlier setting's verdicts.json")
+    ap.add_argument("--setting", action="append", default=None,
+                    help="a trained-model setting's result folder (verdicts.json, runs.csv, scoreboard.md); "
+                         "repeatable; default: every docs/results/*_regime/")
     args = ap.parse_args(argv)
+    for d in args.setting or ():
+        if not os.path.exists(os.path.join(d, "verdicts.json")):
+            ap.error(f"--setting={d}: no verdicts.json there (a folder written by "
+                     "`python -m vit_jax_struct.experiments.report --out=…`)")
+    settings = None if args.setting is None else [os.path.abspath(d) for d in args.setting]
     with open(args.out, "w") as f:
-        f.write(render(args.verdicts))
+        f.write(render(args.verdicts, settings))
     print(f"{len(catalog.ROWS)} rows -> {args.out}")
     return 0
 
