@@ -107,7 +107,8 @@ def _progress(vs: list[dict]) -> str:
     trained = [v for v in vs if v["setting"] == TRAINED]
     if not trained:
         return "not started"
-    ns = [0 if v["effect"] is None else min(v["effect"].n_treatment, v["effect"].n_baseline or v["effect"].n_treatment)
+    ns = [min(len(v.get("treatment") or ()), len(v.get("baseline") or ()) or len(v.get("treatment") or ()))
+          if v["effect"] is None else min(v["effect"].n_treatment, v["effect"].n_baseline or v["effect"].n_treatment)
           for v in trained]
     need = max(catalog.JUDGEMENTS[v["key"]].min_seeds for v in trained)
     return f"in progress (n = {min(ns)} of {need} per arm in its least-run arm)"
