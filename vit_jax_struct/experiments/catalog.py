@@ -366,8 +366,7 @@ ROWS = (
         "--config.init_from=WEIGHTS --workdir=OUT  # published large ViTs with and without registers (DINOv2, "
         "DeiT-III, OpenCLIP in timm layout; docs/published_models.md), the model config matching the weights",
         comparisons=("D1acc",), results=("docs/results/cifar100_regime/scoreboard.md",),
-        pending="the register arm's three seeds at the trained-model setting (`configs/sweeps/cifar100_permuted.py:"
-                "regime`, ≈ 1 h a run on one CPU core); the paper's own setting — DINOv2 / OpenCLIP / DeiT-III at "
+        pending="the paper's own setting — DINOv2 / OpenCLIP / DeiT-III at "
                 "ViT-L and above, hundreds of epochs — is an accelerator's, and its published checkpoints are "
                 "analysed by the command above"),
 )
