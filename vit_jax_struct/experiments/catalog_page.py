@@ -45,10 +45,9 @@ def _note_label(v: dict) -> str:
     return v["key"] + (f"; {m.group(1)}" if m else "")
 
 
-def load_verdicts(path: str = VERDICTS, setting: str = EARLIER, runs_csv: str | None = None) -> list[dict]:
+def load_verdicts(path: str = VERDICTS, setting: str = EARLIER) -> list[dict]:
     """The scoreboard's verdicts with `effect` as a `stats.Effect` and the status judged again (`report.judge`),
-    each tagged with its `setting` (EARLIER / TRAINED) and the `runs_csv` its baseline top-1 is read from (default:
-    the runs.csv beside `path`)."""
+    each tagged with its `setting` (EARLIER / TRAINED) and the `runs_csv` beside `path` (its baseline top-1)."""
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -57,7 +56,7 @@ def load_verdicts(path: str = VERDICTS, setting: str = EARLIER, runs_csv: str | 
         v["effect"] = None if v["effect"] is None else stats.Effect(**v["effect"])
         v["status"], v["reason"] = report.judge(v["key"], v["effect"])
         v["setting"] = setting
-        v["runs_csv"] = runs_csv or os.path.join(os.path.dirname(path), "runs.csv")
+        v["runs_csv"] = os.path.join(os.path.dirname(path), "runs.csv")
     return rows
 
 
@@ -71,16 +70,30 @@ def all_verdicts(verdicts_path: str = VERDICTS, settings: list[str] | None = Non
 
 def row_status(row_id: str, verdicts: list[dict]) -> tuple[str, str, str]:
     """`(status, count text, setting)` of a row from both settings' verdicts: `report.row_status` of the verdicts of
-    the setting `status_setting` picks."""
+    the setting `status_setting` picks; the count text names that setting (and, while the trained-model runs are
+    in progress, how far they are)."""
     vs = [v for v in verdicts if v["row"] == row_id]
     where = status_setting(vs)
-    return (*report.row_status(row_id, [v for v in vs if v["setting"] == where]), where)
+    status, count = report.row_status(row_id, [v for v in vs if v["setting"] == where])
+    if vs:
+        count = "; ".join(x for x in (count, SETTING_NAMES[where]) if x)
+        if where == EARLIER and any(v["setting"] == TRAINED for v in vs):
+            count += f"; trained-model setting {_progress(vs)}"
+    return status, count, where
+
+
+def _least_n(v: dict) -> int:
+    """Values in the verdict's smaller arm (a one-sample verdict: its one arm)."""
+    e = v["effect"]
+    if e is not None:
+        return min(e.n_treatment, e.n_baseline or e.n_treatment)
+    t, b = len(v.get("treatment") or ()), len(v.get("baseline") or ())
+    return min(t, b or t)
 
 
 def judged(v: dict) -> bool:
     """Whether a verdict's arms reached the seeds its judgement needs (`Judgement.min_seeds`)."""
-    e = v["effect"]
-    return e is not None and min(e.n_treatment, e.n_baseline or e.n_treatment) >= catalog.JUDGEMENTS[v["key"]].min_seeds
+    return v["effect"] is not None and _least_n(v) >= catalog.JUDGEMENTS[v["key"]].min_seeds
 
 
 def status_setting(vs: list[dict]) -> str:
@@ -107,11 +120,8 @@ def _progress(vs: list[dict]) -> str:
     trained = [v for v in vs if v["setting"] == TRAINED]
     if not trained:
         return "not started"
-    ns = [min(len(v.get("treatment") or ()), len(v.get("baseline") or ()) or len(v.get("treatment") or ()))
-          if v["effect"] is None else min(v["effect"].n_treatment, v["effect"].n_baseline or v["effect"].n_treatment)
-          for v in trained]
     need = max(catalog.JUDGEMENTS[v["key"]].min_seeds for v in trained)
-    return f"in progress (n = {min(ns)} of {need} per arm in its least-run arm)"
+    return f"in progress (n = {min(_least_n(v) for v in trained)} of {need} per arm in its least-run arm)"
 
 
 def baseline_top1(dataset: str, model: str,
@@ -187,15 +197,9 @@ def found_table(by_row: dict[str, list[dict]]) -> list[str]:
              "| row | the paper's claim | status | Δ [95 % CI] (method, df; n per arm), setting | baseline top-1 | why |",
              "|---|---|---|---|---|---|"]
     for row in catalog.ROWS:
-        every = by_row.get(row.id, [])
-        where = status_setting(every)
-        vs = [v for v in every if v["setting"] == where]
+        status, count, where = row_status(row.id, by_row.get(row.id, []))
+        vs = [v for v in by_row.get(row.id, []) if v["setting"] == where]
         own = [v for v in vs if v["key"] in catalog.HEADLINE.get(row.id, ())]
-        status, count = report.row_status(row.id, vs)
-        if every:
-            count = "; ".join(x for x in (count, SETTING_NAMES[where]) if x)
-            if where == EARLIER and any(v["setting"] == TRAINED for v in every):
-                count += f"; trained-model setting {_progress(every)}"
         deltas = "<br>".join(_compact(v) for v in own) or "—"
         top1 = []
         for v in own:
@@ -290,19 +294,15 @@ def render(verdicts_path: str = VERDICTS, settings: list[str] | None = None) -> 
              "| id | experiment | paper says | row status | metric (judged on) | ours (status: comparison, Δ [95 % CI] "
              "(method; n per arm)) |", "|---|---|---|---|---|---|"]
     for row in catalog.ROWS:
-        every = by_row.get(row.id, [])
-        where = status_setting(every)
-        vs = [v for v in every if v["setting"] == where]
-        others = len(every) - len(vs)
+        status, count, where = row_status(row.id, by_row.get(row.id, []))
+        vs = [v for v in by_row.get(row.id, []) if v["setting"] == where]
+        others = len(by_row.get(row.id, [])) - len(vs)
         ours = "<br>".join(_short(v) for v in vs) if vs else "**not run**" + (
             f" — {row.pending}" if row.pending else "")
         if vs and others:
             ours += (f"<br>(+ {others} comparison{'s' if others > 1 else ''} of the "
                      f"{SETTING_NAMES[TRAINED if where == EARLIER else EARLIER]}: see [{row.id}](#{row.id.lower()}))")
         metrics = "<br>".join(dict.fromkeys(j.metric for j in catalog.JUDGEMENTS.values() if j.row == row.id)) or "—"
-        status, count = report.row_status(row.id, vs)
-        if vs:
-            count = "; ".join(x for x in (count, SETTING_NAMES[where]) if x)
         lines.append(f"| [{row.id}](#{row.id.lower()}) | {row.title} | {row.number} | **{status}**"
                      + (f" ({count})" if count else "") + f" | {metrics} | {ours} |")
     for row in catalog.ROWS:
