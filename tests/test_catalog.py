@@ -166,3 +166,8 @@ def test_a_row_takes_the_trained_settings_status_only_once_it_is_judged_on_every
     d1 = [_verdict("D1acc", "cifar100", 2, T)]
     assert catalog_page.row_status("D1", d1)[::2] == ("inconclusive", T)  # n = 2 < 3: not judged, but its setting
     assert catalog_page.status_setting([]) == E and catalog_page.row_status("D1", [])[0] == "not run"
+    # The progress names what the trained setting has not run yet, not only the seeds of what it has:
+    # CIFAR-10's J1 (no trained run) is listed; with both data sets run, nothing is.
+    count = catalog_page.row_status("J1", earlier + one_set)[1]
+    assert "n = 3 of 3 per arm" in count and "not yet run there: J1 cifar10)" in count
+    assert "not yet run" not in catalog_page.row_status("J1", earlier + two_seeds)[1]

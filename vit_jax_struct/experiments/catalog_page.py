@@ -116,12 +116,21 @@ def _key_dataset(v: dict) -> tuple[str, str | None]:
 
 
 def _progress(vs: list[dict]) -> str:
-    """How far the trained-model setting's comparisons of a row are: "n = 2 of 3" (the fewest seeds of any arm)."""
+    """How far the trained-model setting's comparisons of a row are: "n = 2 of 3" (the fewest seeds of any arm run
+    there), and which of the row's counted comparisons of the earlier setting have no run there yet (e.g. J4pi)."""
     trained = [v for v in vs if v["setting"] == TRAINED]
     if not trained:
         return "not started"
     need = max(catalog.JUDGEMENTS[v["key"]].min_seeds for v in trained)
-    return f"in progress (n = {min(_least_n(v) for v in trained)} of {need} per arm in its least-run arm)"
+    text = f"in progress (n = {min(_least_n(v) for v in trained)} of {need} per arm in its least-run arm"
+    covered = {_key_dataset(v) for v in trained}
+    missing = list(dict.fromkeys(
+        " ".join(x for x in k if x) for v in vs
+        if v["setting"] == EARLIER and v["key"] in catalog.HEADLINE.get(v["row"], ())
+        and (k := _key_dataset(v)) not in covered))
+    if missing:
+        text += f"; not yet run there: {', '.join(missing)}"
+    return text + ")"
 
 
 def baseline_top1(dataset: str, model: str,
