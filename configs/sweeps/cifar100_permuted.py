@@ -36,7 +36,11 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
   --config.model.width=16 --steps=3` gives 2.7 s a step for ResNet-18 and 1.9 s for VGG-19 (batch 128, 2 cores shared
   with a training run; about 30 % of the matmul rate measured beside it; benchmarks/results/train_step.jsonl), so
   `time/wall` of the finished ResNet-18 runs: 467–489 s alone (≈ 290 img/s), 1454–3755 s beside other runs: run them
-  one at a time, where an accelerator is, or after the ViT sweeps.
+  one at a time, where an accelerator is, or after the ViT sweeps. Pinned to one core (`taskset -c 0`, beside a
+  training run niced on the same core) with the data on the device (`--config.data.in_memory=True`), the same step
+  takes 0.85 s (ResNet-18) and 0.73 s (VGG-19) at width 16, 2.5 s and 2.6 s at width 32
+  (docs/results/performance/cnn_regime_step.jsonl, 2026-12-06, Intel Xeon): the 2.7 s above was two threads
+  contending with another run's, not the convolutions alone.
 
 Seed-major order: every completed seed adds one run to each arm.
 Arguments: `regime` (the trained-model setting, `REGIME`), `steps=N`, `cnn_steps=N`, `cnn_width=N`, `seeds=N`, `root=PATH` (default data/cifar100, written by `python -m vit_jax_struct.data.prepare --cifar=…`).
@@ -48,8 +52,8 @@ MAX_SEEDS = 3  # the fixed maximum number of seeds per arm, stated before the ru
 # The trained-model setting (`regime`): the same models and arms, 16,000 ViT steps (41 epochs) instead of 1,000, the
 # CNNs 8,000 steps at width 32, the data held in memory. The ViT budget was fixed by its pilot before any sweep run
 # started (docs/results/regime_pilot/README.md: 38.8 % at 8,000 steps, 43.7 % at 16,000, target 40 %; two budgets
-# tried, one seed each). The CNNs' is not piloted (on this CPU a ResNet-18 step of width 16 takes 2.7 s: they are
-# for an accelerator).
+# tried, one seed each). The CNNs' is not piloted: at width 32 a run of 8,000 steps is ≈ 5.5 h on one core of this
+# CPU (2.5 s a step, docs/results/performance/cnn_regime_step.jsonl), ≈ 1.9 h at width 16: for an accelerator.
 REGIME = {"steps": 16000, "cnn_steps": 8000, "cnn_width": 32}
 
 
