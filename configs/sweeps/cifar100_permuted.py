@@ -39,8 +39,8 @@ CIFAR-100 as an image folder `root/{train,test}/<class>/*.png` (100 classes). Ev
   one at a time, where an accelerator is, or after the ViT sweeps. Pinned to one core (`taskset -c 0`, beside a
   training run niced on the same core) with the data on the device (`--config.data.in_memory=True`), the same step
   takes 0.85 s (ResNet-18) and 0.73 s (VGG-19) at width 16, 2.5 s and 2.6 s at width 32
-  (docs/results/performance/cnn_regime_step.jsonl, 2026-12-06, Intel Xeon): the 2.7 s above was two threads
-  contending with another run's, not the convolutions alone.
+  (docs/results/performance/cnn_regime_step.jsonl, 2026-12-06, Intel Xeon; the benchmark feeds noise, so the data
+  path is not in it): the 2.7 s above was measured with both cores shared with another run.
 
 Seed-major order: every completed seed adds one run to each arm.
 Arguments: `regime` (the trained-model setting, `REGIME`), `steps=N`, `cnn_steps=N`, `cnn_width=N`, `seeds=N`, `root=PATH` (default data/cifar100, written by `python -m vit_jax_struct.data.prepare --cifar=…`).
