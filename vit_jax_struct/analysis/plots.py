@@ -434,7 +434,7 @@ def norm_outliers(r: dict, path):
     ax.set_xlabel("encoder block (output)")
     ax.set_ylabel("patch-token L2 norm")
     ax.set_title("Patch-token norms per block", fontsize=9)
-    ax.legend(fontsize=6, loc="lower right")
+    ax.legend(fontsize=6, loc="best")  # the emptiest corner: the lines span every block
     ax = axes[1]
     last = r["analysis_block"]
     edges = np.asarray(r["histogram_edges"])
