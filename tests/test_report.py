@@ -25,7 +25,7 @@ def _run(root, name, acc, seed=0, steps=1000, model=None, **data_model):
         f.write(json.dumps({"step": steps, "eval/accuracy": acc, "eval/loss": 1.0}) + "\n")
 
 
-def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
+def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path, monkeypatch):
     root = str(tmp_path / "runs")
     for seed, acc in enumerate((0.60, 0.62, 0.61)):
         _run(root, f"base{seed}", acc, seed=seed)
@@ -88,6 +88,9 @@ def test_scoreboard_compares_arms_with_welch_intervals_and_statuses(tmp_path):
         assert f.read().count("\n") == 25
     with open(os.path.join(tmp_path, "out", "verdicts.json")) as f:
         assert {v["id"] for v in json.load(f)} == set(rows)
+    monkeypatch.chdir(tmp_path)  # published run paths are relative to where the command ran, as runs.csv's
+    published = {v["id"]: v for v in report.verdicts_json(list(rows.values()))}
+    assert sorted(published["D1acc"]["runs"]) == [f"runs/{a}{s}" for a in ("base", "reg") for s in range(3)]
     assert report.main(["--runs", root, "--out", str(tmp_path / "out2"), "--no-curves"]) == 0
     assert report.main(["--runs", root, "--no-curves"]) == 0  # without --out: beside the runs, never docs/results
     assert sorted(os.listdir(os.path.join(root, "report"))) == ["runs.csv", "scoreboard.md", "verdicts.json"]

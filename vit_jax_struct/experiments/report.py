@@ -381,8 +381,10 @@ def _display_path(path: str) -> str:
 
 
 def verdicts_json(rows: list[dict]) -> list[dict]:
-    """The verdicts as JSON-able dicts (the effect as a dict), for `OUT/verdicts.json` and the catalog page."""
+    """The verdicts as JSON-able dicts (the effect as a dict; run paths as runs.csv lists them), for
+    `OUT/verdicts.json` and the catalog page."""
     return [{**{k: v for k, v in r.items() if k != "effect"},
+             **({"runs": [_display_path(w) for w in r["runs"]]} if r.get("runs") else {}),
              "effect": None if r["effect"] is None else r["effect"].to_json()} for r in rows]
 
 
