@@ -6,6 +6,7 @@ import os
 import jax
 import ml_collections
 import numpy as np
+import pytest
 
 from tests.conftest import tiny_config, write_image_folder
 from vit_jax_struct.analysis import posemb, run
@@ -69,6 +70,19 @@ def test_analyze_vit_against_resnet_writes_plots_json_and_report(tmp_path):
         assert json.load(f)["other"] == cnn_dir
     with open(os.path.join(out, "analysis.json")) as f:
         assert json.load(f)["cka_across"]["matrix"] == quick["cka_across"]["matrix"]
+    # Each analysis stores its last block's Gram matrices: two runs' last-block CKA from those files alone equals
+    # the live one, up to their float32 storage; the ResNet analysed on its own (unpermuted) images is refused.
+    run.analyze(cnn_dir, num_examples=96, batch=32, probes=False)
+    assert run.load_last_block_grams(cnn_dir)["sizes"] == [32, 32, 32]
+    with pytest.raises(ValueError, match="analysed on different batches"):
+        run.stored_cka_across(vit_dir, cnn_dir)
+    vit2 = str(tmp_path / "vit2")
+    trainer.train_and_evaluate(tiny_config(total_steps=2, seed=1, **{"data.permute_patches": True}), vit2)
+    run.analyze(vit2, num_examples=96, batch=32, probes=False)
+    live = run.analyze(vit_dir, compare=vit2, num_examples=96, batch=32, probes=False)["cka_across"]
+    stored = run.stored_cka_across(vit_dir, vit2)
+    assert (stored["layers"], stored["other_layers"], stored["other"]) == (["block00"], ["block00"], vit2)
+    np.testing.assert_allclose(stored["matrix"][0][0], live["matrix"][1][1], rtol=1e-5)
 
 
 def test_analyze_published_vit_file_against_bit_file_without_training(tmp_path):

@@ -220,3 +220,72 @@ def test_d1_inputs_judge_the_baseline_outlier_fraction_and_the_register_arm_agai
     monkeypatch.setattr(verdicts, "sweep_label", lambda w: "cifar100")
     other = [r for r in verdicts.verdict_inputs(arms, results) if any(w.startswith("r") for w in r["runs"])]
     assert sorted(r["key"] for r in other) == ["D1loc", "D1reg"]
+
+
+def _stored_run(root, name, feats, labels, batch, analysis=None):
+    """A run folder holding only what an archive keeps: analysis.json and the stored last-block Grams of `feats`."""
+    from vit_jax_struct.analysis import cka
+    from vit_jax_struct.analysis import run as analysis_run
+
+    out = os.path.join(root, name, "analysis")
+    os.makedirs(out)
+    grams = [cka.gram(feats[i:i + batch]) for i in range(0, len(feats), batch)]
+    labels = [labels[i:i + batch] for i in range(0, len(feats), batch)]
+    analysis_run.save_last_block_grams(out, "block05", grams, labels, 100)
+    with open(os.path.join(out, "analysis.json"), "w") as f:
+        json.dump(analysis or {"posemb": {"locality_null": {"mean": 0.0}}}, f)
+    return os.path.join(root, name)
+
+
+def test_stored_last_block_grams_give_the_minibatch_cka_of_the_features_and_refuse_other_batches(tmp_path):
+    """CKA from the stored Gram files equals `cka.linear_cka` on the features (float32 storage), is 1 for an
+    orthogonal transform of the same features (linear CKA's invariance, Kornblith et al. 2019 §3), and refuses two
+    runs analysed on other images."""
+    from vit_jax_struct.analysis import cka
+    from vit_jax_struct.analysis import run as analysis_run
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 6, 8))  # 64 examples, 6 tokens × 8 channels
+    y = np.tanh(x @ rng.normal(size=(8, 8))) + 0.5 * rng.normal(size=x.shape)
+    q, _ = np.linalg.qr(rng.normal(size=(48, 48)))
+    labels = rng.integers(0, 10, 64)
+    a = _stored_run(tmp_path, "a", x, labels, 16)
+    b = _stored_run(tmp_path, "b", y, labels, 16)
+    c = _stored_run(tmp_path, "c", x.reshape(64, -1) @ q, labels, 16)
+    got = analysis_run.stored_cka_across(a, b)
+    np.testing.assert_allclose(got["matrix"][0][0], cka.linear_cka(x, y, batch_size=16), rtol=1e-5)
+    assert 0.05 < got["matrix"][0][0] < 0.95 and got["layers"] == got["other_layers"] == ["block05"]
+    np.testing.assert_allclose(analysis_run.stored_cka_across(a, c)["matrix"][0][0], 1.0, atol=1e-5)
+    assert analysis_run.stored_cka_across(a, str(tmp_path / "none")) is None
+    other = _stored_run(tmp_path, "other", y, (labels + 1) % 10, 16)
+    with pytest.raises(ValueError, match="analysed on different batches"):
+        analysis_run.stored_cka_across(a, other)
+    short = _stored_run(tmp_path, "short", y, labels, 32)
+    with pytest.raises(ValueError, match=r"sizes \[16, 16, 16, 16\] vs \[32, 32\]"):
+        analysis_run.stored_cka_across(a, short)
+
+
+def test_ensure_analyses_pairs_runs_without_checkpoints_from_their_stored_grams(tmp_path):
+    """Runs trained and analysed in different sessions (no checkpoint of any left): each R8 pair's last-block CKA comes
+    from the stored Grams, is written into the run's analysis.json, and `_paired_cka` pairs them as analysed live."""
+    from vit_jax_struct.analysis import cka
+
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 10, 32)
+    feats = {n: rng.normal(size=(32, 12)) for n in ("full0", "full1", "full2", "gap0", "gap1", "gap2")}
+    runs = {n: _stored_run(tmp_path, n, f, labels, 8) for n, f in feats.items()}
+    base = {s: runs[f"full{s}"] for s in range(3)}
+    gap = {s: runs[f"gap{s}"] for s in range(3)}
+    got = verdicts.ensure_analyses({verdicts.BASE: base, ("standard", "gap", "-", "none", 1.0, 0): gap}, 32, 8)
+    for s in range(3):
+        ref = f"full{(s + 1) % 3}"
+        for arm in ("full", "gap"):
+            across = got[runs[f"{arm}{s}"]]["cka_across"]
+            assert across["other"] == runs[ref]
+            np.testing.assert_allclose(across["matrix"][0][0], cka.linear_cka(feats[f"{arm}{s}"], feats[ref], 8),
+                                       rtol=1e-5)
+            with open(os.path.join(runs[f"{arm}{s}"], "analysis", "analysis.json")) as f:
+                assert json.load(f)["cka_across"] == across
+    t, b = verdicts._paired_cka(gap, base, got)
+    np.testing.assert_allclose(t, [got[gap[s]]["cka_across"]["matrix"][0][0] for s in range(3)])
+    np.testing.assert_allclose(b, [got[base[s]]["cka_across"]["matrix"][0][0] for s in range(3)])

@@ -22,11 +22,15 @@ the model, and writes into `RUN/analysis/`:
   above the fixed (`--outlier_norm`, 150 as the paper) and the robust (median + k·1.4826·MAD, `--outlier_mad_k`)
   thresholds, where the last block's outliers sit, their patch embeddings' cosine similarity to the 4 neighbours and
   linear position probes on outlier vs normal tokens (`analysis/outliers.py`);
+- `last_block_grams.npz`: the Gram matrices of the last encoder block on the same batches, with their labels
+  (`save_last_block_grams`), so the last-block CKA of two runs (R7/R8) can be computed later from these files
+  alone, e.g. across sessions when neither run keeps a checkpoint (`stored_cka_across`);
 - `report.md`: one page linking the plots, with the numbers.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -342,6 +346,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     loc = localization.Localization(patch) if is_vit else None
     outl = outliers.NormOutliers(grid, outlier_norm, outlier_mad_k, seed=seed) if is_vit else None
     ratio_sums, n_batches, seen = {}, 0, 0
+    last_grams, last_labels, last_prints = [], [], []  # the last block's Grams per batch, for later R7/R8 pairs
     layer_names = other_names = None
     probe_test, labels_test = {}, []
     for images, labels in _batches(parts, num_examples, batch):
@@ -353,6 +358,9 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
             continue
         layer_names = names["layers"]
         grams = np.asarray(res["grams"], np.float64)
+        last_grams.append(grams[layer_names.index(last_block_layer(layer_names))])
+        last_labels.append(np.asarray(labels))
+        last_prints.append(image_fingerprint(images))
         if other is not None:
             o_res, o_names = other[2](other[1], images)
             other_names = o_names["layers"]
@@ -371,6 +379,7 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
                          f"(--analysis_examples={num_examples}, --analysis_batch={batch}); the CKA needs ≥ 4 per "
                          f"batch: analyze a split with at least 4 images")
     storage.makedirs(out_dir)
+    save_last_block_grams(out_dir, last_block_layer(layer_names), last_grams, last_labels, step, last_prints)
 
     title = storage.basename(workdir)
     results["cka"] = {"layers": layer_names, "matrix": within.result().tolist()}
@@ -437,6 +446,100 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     storage.write_text(storage.join(out_dir, "analysis.json"), json.dumps(results, indent=1))
     plots.report(results, out_dir)
     return results
+
+
+LAST_BLOCK_GRAMS = "last_block_grams.npz"
+
+
+def last_block_layer(layers) -> str:
+    """The last encoder block among a model's CKA layer names (`blockXX`; the last layer if none is so named)."""
+    blocks = [n for n in layers if n.startswith("block")]
+    return max(blocks) if blocks else layers[-1]
+
+
+def image_fingerprint(images) -> np.ndarray:
+    """`[B, 16]` float32: the mean over channels and pixels of each cell of a 4 × 4 grid of `images` `[B, H, W, C]`
+    (as fed to the model, so a patch permutation or another preprocessing shows); identifies an analysis batch's
+    images in `last_block_grams.npz` without storing them."""
+    x = np.asarray(images, np.float32).mean(-1)
+    rows = np.array_split(np.arange(x.shape[1]), 4)
+    cols = np.array_split(np.arange(x.shape[2]), 4)
+    return np.stack([x[:, r][:, :, c].mean((1, 2)) for r in rows for c in cols], axis=1)
+
+
+def save_last_block_grams(out_dir: str, layer: str, grams: list, labels: list, step: int,
+                          fingerprints: list | None = None) -> str:
+    """Writes `out_dir/last_block_grams.npz`: the linear-kernel Gram matrices `[n_i, n_i]` of layer `layer` on each
+    analysis batch i (upper triangles, float32: 0.5 MB for 4 batches of 256), the batches' labels (int32), their
+    images' fingerprints (`image_fingerprint`, `[n_i, 16]` float32; None: not recorded) and the checkpoint step.
+    Minibatch CKA needs nothing else of a model (`cka.MinibatchCKA.update_grams`), so two runs that saw the same
+    batches can be compared from these files alone (`stored_cka_across`). Returns the path."""
+    sizes = np.array([len(g) for g in grams], np.int64)
+    tri = [np.asarray(g, np.float32)[np.triu_indices(len(g))] for g in grams]
+    prints = np.concatenate(fingerprints).astype(np.float32) if fingerprints else np.zeros((0, 16), np.float32)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, layer=np.array(layer), step=np.array(int(step)), sizes=sizes,
+                        triu=np.concatenate(tri) if tri else np.zeros(0, np.float32),
+                        labels=np.concatenate(labels).astype(np.int32) if labels else np.zeros(0, np.int32),
+                        fingerprints=prints)
+    path = storage.join(out_dir, LAST_BLOCK_GRAMS)
+    storage.write_bytes(path, buf.getvalue())
+    return path
+
+
+def load_last_block_grams(workdir: str) -> dict | None:
+    """`{"layer", "step", "grams": [[n_i, n_i] float64 …], "labels": [Σn_i] int32, "fingerprints": [Σn_i, 16]
+    float32 (empty: not recorded), "sizes"}` from a run's
+    `analysis/last_block_grams.npz` (`save_last_block_grams`); None if the run has none (analysed before it existed).
+
+    Raises:
+      ValueError: a file whose triangles do not add up to its batch sizes.
+    """
+    path = storage.join(workdir, "analysis", LAST_BLOCK_GRAMS)
+    if not storage.exists(path):
+        return None
+    with np.load(io.BytesIO(storage.read_bytes(path))) as f:
+        sizes, tri = f["sizes"], f["triu"].astype(np.float64)
+        out = {"layer": str(f["layer"]), "step": int(f["step"]), "labels": f["labels"], "grams": [],
+               "fingerprints": f["fingerprints"]}
+    if int(sum(n * (n + 1) // 2 for n in sizes)) != len(tri) or int(sizes.sum()) != len(out["labels"]):
+        raise ValueError(f"{path}: {len(tri)} Gram entries and {len(out['labels'])} labels do not match the batch "
+                         f"sizes {sizes.tolist()}")
+    start = 0
+    for n in map(int, sizes):
+        g = np.zeros((n, n))
+        iu = np.triu_indices(n)
+        g[iu] = tri[start:start + len(iu[0])]
+        g.T[iu] = g[iu]
+        out["grams"].append(g)
+        start += len(iu[0])
+    out["sizes"] = sizes.tolist()
+    return out
+
+
+def stored_cka_across(workdir: str, other: str) -> dict | None:
+    """The last-block minibatch CKA of two analysed runs from their stored Gram matrices (`save_last_block_grams`),
+    as `analysis.json`'s `cka_across` (`{"other", "layers", "other_layers", "matrix" [[cka]], "from"}`; a 1 × 1
+    matrix: the last block of each), with no checkpoint of either; None if either run has no stored Grams.
+
+    Raises:
+      ValueError: the two runs' analyses saw other batches (batch sizes, labels or image fingerprints differ):
+        different data, preprocessing (e.g. a patch permutation), `--analysis_examples` or `--analysis_batch`.
+    """
+    a, b = load_last_block_grams(workdir), load_last_block_grams(other)
+    if a is None or b is None:
+        return None
+    fa, fb = a["fingerprints"], b["fingerprints"]
+    same_images = len(fa) == 0 or len(fb) == 0 or (fa.shape == fb.shape and np.allclose(fa, fb, atol=1e-3))
+    if a["sizes"] != b["sizes"] or not np.array_equal(a["labels"], b["labels"]) or not same_images:
+        raise ValueError(f"{workdir} and {other} were analysed on different batches (sizes {a['sizes']} vs "
+                         f"{b['sizes']}, or other labels or images): their stored Gram matrices cannot be compared; "
+                         "analyse both with the same data, preprocessing, --analysis_examples and --analysis_batch")
+    acc = cka.MinibatchCKA()
+    for ga, gb in zip(a["grams"], b["grams"], strict=True):
+        acc.update_grams(ga[None], gb[None])
+    return {"other": other, "layers": [a["layer"]], "other_layers": [b["layer"]],
+            "matrix": acc.result().tolist(), "from": LAST_BLOCK_GRAMS}
 
 
 def has_checkpoint(workdir: str) -> bool:

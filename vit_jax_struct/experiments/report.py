@@ -478,12 +478,13 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
 
 # The small files of a run that the scoreboard and the catalog read (checkpoints stay behind).
 ARCHIVED = ("config.json", "metrics.jsonl", "final_metrics.json", "permutation.json")
-ANALYSIS_FOLDERS = ("analysis", "analysis/cross_cka")  # their .json, .png and .md files are archived too
+ANALYSIS_FOLDERS = ("analysis", "analysis/cross_cka")  # their .json, .png, .md and .npz files are archived too
 
 
 def archive(roots, dest: str) -> list[str]:
     """Copies the small files of every finished run (with `final_metrics.json`) below `roots` (`ARCHIVED`, and
-    `*.json|*.png|*.md` of `ANALYSIS_FOLDERS`) to `dest/<sweep>/<run name>/`, `<sweep>` being the root's own folder
+    `*.json|*.png|*.md|*.npz` of `ANALYSIS_FOLDERS`; the `.npz` holds the stored last-block Gram matrices, 0.5 MB,
+    that later R7/R8 pairs are computed from) to `dest/<sweep>/<run name>/`, `<sweep>` being the root's own folder
     name, so a sweep's numbers and figures can be regenerated without its checkpoints (e.g. from `docs/results/runs/`).
     Returns the archived sweep folders `dest/<sweep>`, one per root.
 
@@ -515,7 +516,7 @@ def archive(roots, dest: str) -> list[str]:
                 if storage.isdir(adir):
                     storage.makedirs(storage.join(out, sub))
                     for f in storage.listdir(adir):
-                        if f.endswith((".json", ".png", ".md")):
+                        if f.endswith((".json", ".png", ".md", ".npz")):  # .npz: the stored last-block Grams
                             storage.write_bytes(storage.join(out, sub, f), storage.read_bytes(storage.join(adir, f)))
     return [out for _, out in out_roots.values()]
 

@@ -36,7 +36,9 @@ values of each judged row (`catalog.JUDGEMENTS`):
   model of seed s′ ≠ s, against full data (s) vs full data (s′), paired on the reference s′.
 
 `--refs=ROOT`: baseline runs of the same sweep trained again (their archived originals kept no checkpoint); R7/R8
-pairs whose reference has no checkpoint use them (`reference_run`, `_paired_cka`), and the note says so.
+pairs whose reference has no checkpoint use them (`reference_run`, `_paired_cka`), and the note says so. Without
+any checkpoint, an R7/R8 pair comes from the two runs' stored last-block Gram matrices (`analysis/last_block_grams.npz`,
+written by every analysis and archived with it): a sweep's runs can then be trained in different sessions.
 
 Every comparison names its sweep (data set, model, step budget), so verdict files of several sweeps can be read
 together.
@@ -240,13 +242,18 @@ def reference_run(seed: int, base: dict, refs: dict | None = None) -> str | None
 def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None = None) -> dict:
     """Runs the analysis of every run that lacks it (CLS and GAP runs against the baseline CLS run of the next
     seed, `reference_run`) and of the retrained baseline runs `refs` (each against the retrained run of the next
-    seed); returns `{workdir: analysis.json dict}`."""
+    seed); returns `{workdir: analysis.json dict}`.
+
+    A run left without a cross-seed CKA because its reference had no checkpoint (trained in another session, or
+    archived) gets its R7/R8 value from the two runs' stored last-block Gram matrices where both have them
+    (`analysis_run.stored_cka_across`; written into its analysis.json), so the runs of a sweep can be trained and
+    analysed in any order, across sessions."""
     from vit_jax_struct.analysis import run as analysis_run
 
     base = arms.get(BASE, {})
     todo_list = [(key, seed, workdir) for key, by_seed in arms.items() for seed, workdir in sorted(by_seed.items())]
     todo_list += [("refs", seed, workdir) for seed, workdir in sorted((refs or {}).items())]
-    out = {}
+    out, wanted = {}, {}
     for key, seed, workdir in todo_list:
         ref = cross_seed_reference(seed, refs) if key == "refs" else None
         path = storage.join(workdir, "analysis", "analysis.json")
@@ -267,6 +274,17 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None
             got = analysis_run.analyze(workdir, compare=compare, num_examples=num_examples, batch=batch,
                                        probes=False)  # the verdicts use no probe
         out[workdir] = got
+        if ref is not None and (key == "refs" or key[1] in ("token", "gap")):
+            wanted[workdir] = ref
+    for workdir, ref in wanted.items():  # pairs that no checkpoint could make: from the stored last-block Grams
+        got = out[workdir]
+        if got is None or "cka_across" in got:
+            continue
+        across = analysis_run.stored_cka_across(workdir, ref)
+        if across is not None:
+            print(f"[verdicts] last-block CKA of {workdir} with {ref} from their stored Gram matrices", flush=True)
+            got["cka_across"] = across
+            storage.write_text(storage.join(workdir, "analysis", "analysis.json"), json.dumps(got, indent=1))
     return out
 
 
