@@ -141,6 +141,13 @@ def test_reference_run_takes_the_retrained_run_only_when_the_archived_one_has_no
     assert verdicts.reference_run(1, base, refs) == base[2]  # full2 still has one: kept
     assert verdicts.reference_run(2, base, refs) == refs[0]
     assert verdicts.reference_run(2, base, None) == base[0]  # no retrained runs: the archived reference
+    # A run analysed in another session keeps no checkpoint but its stored last-block Grams: usable on both sides.
+    os.makedirs(tmp_path / "full1" / "analysis")
+    (tmp_path / "full1" / "analysis" / "last_block_grams.npz").write_bytes(b"")
+    assert verdicts.reference_run(0, base, refs) == base[1]
+    os.makedirs(tmp_path / "r3" / "analysis")
+    (tmp_path / "r3" / "analysis" / "last_block_grams.npz").write_bytes(b"")
+    assert verdicts.reference_run(2, {0: base[0], 2: base[2]}, {0: str(tmp_path / "r3")}) == str(tmp_path / "r3")
 
 
 def test_own_permutation_runs_take_permutation_k_for_seed_k_and_never_another_grain():

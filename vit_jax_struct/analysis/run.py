@@ -542,6 +542,11 @@ def stored_cka_across(workdir: str, other: str) -> dict | None:
             "matrix": acc.result().tolist(), "from": LAST_BLOCK_GRAMS}
 
 
+def has_stored_grams(workdir: str) -> bool:
+    """True if the run's analysis stored its last-block Gram matrices (`save_last_block_grams`)."""
+    return storage.exists(storage.join(workdir, "analysis", LAST_BLOCK_GRAMS))
+
+
 def has_checkpoint(workdir: str) -> bool:
     """True if `workdir/checkpoints` holds at least one numbered step (a run archived without checkpoints: False)."""
     d = storage.join(workdir, "checkpoints")

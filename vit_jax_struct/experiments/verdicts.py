@@ -226,15 +226,18 @@ BASE = ("standard", "token", "-", "none", 1.0, 0)  # the baseline arm: CLS, stan
 
 def reference_run(seed: int, base: dict, refs: dict | None = None) -> str | None:
     """The reference of a model of seed `seed` for R7/R8 (`cross_seed_reference` over the baseline arm `base`); where
-    that run has no checkpoint (archived) and `refs` (`{seed: workdir}` of the same baseline runs trained again,
-    `--refs`) has the same seed's run with one, that retrained run instead; else the archived run (None: none)."""
+    that run has neither a checkpoint nor stored last-block Grams (archived before they existed) and `refs`
+    (`{seed: workdir}` of the same baseline runs trained again, `--refs`) has the same seed's run with either, that
+    retrained run instead; else the archived run (None: none)."""
     ref = cross_seed_reference(seed, base)
     if ref is None or not refs:
         return ref
     from vit_jax_struct.analysis import run as analysis_run
 
     other = {w: s for s, w in base.items()}[ref]
-    if not analysis_run.has_checkpoint(ref) and other in refs and analysis_run.has_checkpoint(refs[other]):
+    usable = analysis_run.has_checkpoint(ref) or analysis_run.has_stored_grams(ref)
+    if not usable and other in refs and (analysis_run.has_checkpoint(refs[other])
+                                         or analysis_run.has_stored_grams(refs[other])):
         return refs[other]
     return ref
 
