@@ -235,9 +235,10 @@ def reference_run(seed: int, base: dict, refs: dict | None = None) -> str | None
     from vit_jax_struct.analysis import run as analysis_run
 
     other = {w: s for s, w in base.items()}[ref]
-    usable = analysis_run.has_checkpoint(ref) or analysis_run.has_stored_grams(ref)
-    if not usable and other in refs and (analysis_run.has_checkpoint(refs[other])
-                                         or analysis_run.has_stored_grams(refs[other])):
+    def pairable(w):  # a checkpoint to analyse against, or the stored Grams of an earlier analysis
+        return analysis_run.has_checkpoint(w) or analysis_run.has_stored_grams(w)
+
+    if not pairable(ref) and other in refs and pairable(refs[other]):
         return refs[other]
     return ref
 
@@ -277,7 +278,7 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None
             got = analysis_run.analyze(workdir, compare=compare, num_examples=num_examples, batch=batch,
                                        probes=False)  # the verdicts use no probe
         out[workdir] = got
-        if ref is not None and (key == "refs" or key[1] in ("token", "gap")):
+        if ref is not None:  # an R7/R8 model (or a retrained baseline) and its cross-seed reference
             wanted[workdir] = ref
     for workdir, ref in wanted.items():  # pairs that no checkpoint could make: from the stored last-block Grams
         got = out[workdir]
