@@ -121,12 +121,14 @@ def _flag_error_line(e: Exception, argv) -> str:
     AttributeError whose text is a quoted key and a suggestion) names the flag and the suggestion; a config file
     that cannot be loaded names the flag and the cause."""
     text = _unquote(str(e).strip())
-    if isinstance(e, (AttributeError, KeyError)) and text.startswith(("'", '"')):
-        key, _, hint = text.partition("\n")
-        key = key.strip("'\"")
+    key, _, hint = text.partition("\n")
+    key = key.strip().strip("'\"")
+    if isinstance(e, (AttributeError, KeyError)) and re.fullmatch(r"[\w.]+", key):
+        # ml_collections' text is the quoted key, with a suggestion when one is close ("Did you mean …"); without
+        # one, the quotes are all there is, and _unquote has removed them.
         bad = next((a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.") and
                     f".{key}" in a.split("=", 1)[0]), None)
-        return f"unknown config key {bad or key}" + (f": {hint.strip()}" if hint else "")
+        return f"unknown config key {bad or key}: " + (hint.strip() if hint else "this config has no such field")
     if isinstance(e, OSError) and "Failed loading config file" in text:  # no such file, or it cannot be imported
         cause = text.strip().splitlines()[-1].strip()
         flag = next((a for a in argv[1:] if a.startswith(("--config=", "--compare_config=")) and

@@ -314,6 +314,8 @@ def test_cli_usage_errors_are_one_line_exit_2_and_write_nothing(tmp_path):
         "--config.modle.classifier=gap":
             'error: unknown config key --config.modle.classifier: Did you mean "model" instead of "modle"?',
         "--config.profile.num_steps=-1": "error: config.profile.num_steps -1 must be ≥ 0",
+        # no field close enough for a suggestion: ml_collections' text is the bare quoted key
+        "--config.model.qqqq=1": "error: unknown config key --config.model.qqqq: this config has no such field",
     }
     for flag, expected in cases.items():
         args = [flag, f"--workdir={wd}"] if flag.startswith("--config=") else [

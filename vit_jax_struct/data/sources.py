@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -90,7 +91,10 @@ def decode_image(data: bytes, name: str = "image", jpeg_decoder: str = "pillow")
     try:
         img = Image.open(io.BytesIO(data))
     except Exception as e:  # PIL raises several types; one clear error naming the file.
-        raise ValueError(f"cannot decode image file {name!r}: {type(e).__name__}: {e}") from e
+        # Pillow's text names the in-memory buffer ("<_io.BytesIO object at 0x…>"), which says nothing to a user.
+        why = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", str(e)).strip()
+        raise ValueError(f"cannot decode image file {name!r}: {type(e).__name__}" + (f": {why}" if why else "")) \
+            from e
     return image_to_array(img, name)
 
 
