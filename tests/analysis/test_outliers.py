@@ -112,3 +112,21 @@ def test_bad_thresholds_are_refused_in_one_line():
         outliers.NormOutliers((2, 2), threshold=-1)
     with pytest.raises(ValueError, match=r"--outlier_norm and --outlier_mad_k must be > 0, got 150\.0 and 0\.0"):
         run.analyze("/nonexistent", outlier_norm=150.0, outlier_mad_k=0.0)
+
+
+def test_norm_outlier_figure_keeps_both_thresholds_inside_the_frame_and_draws_a_run_without_outliers(tmp_path):
+    from vit_jax_struct.analysis import plots
+
+    # the limits pad past the extreme values (a threshold at the top is drawn inside, not on the frame)
+    assert plots._padded_log_limits([10.0, 150.0, np.nan, 0.0]) == pytest.approx((10.0 / 1.6, 150.0 * 1.6))
+    norms = _planted()
+    acc = outliers.NormOutliers((4, 4), threshold=150.0, mad_k=6.0)
+    acc.update(norms, np.zeros((40, 16)), np.zeros((40, 16, 3), np.float32))
+    with_outliers = acc.result()
+    quiet = outliers.NormOutliers((4, 4), threshold=150.0, mad_k=6.0)
+    quiet.update({"block00": norms["block00"]}, np.zeros((40, 16)), np.zeros((40, 16, 3), np.float32))
+    none = quiet.result()
+    assert with_outliers["outliers"]["count"] == 20 and none["outliers"]["count"] == 0
+    for name, r in (("with.png", with_outliers), ("none.png", none)):
+        plots.norm_outliers(r, tmp_path / name)
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -415,54 +415,96 @@ def skip_norms(r: dict, path):
     _save(fig, path)
 
 
+def _padded_log_limits(values, factor: float = 1.6) -> tuple[float, float]:
+    """Log-axis limits around the finite positive `values`, a factor `factor` beyond both ends, so that a threshold
+    line at the extreme is drawn inside the frame rather than on it."""
+    v = np.asarray([x for x in np.ravel(np.asarray(values, float)) if np.isfinite(x) and x > 0])
+    if v.size == 0:
+        return 0.1, 10.0
+    return float(v.min()) / factor, float(v.max()) * factor
+
+
+def _plain_log_ticks(axis) -> None:
+    """Ticks of a log `axis` (e.g. `ax.xaxis`) at 1, 2, 5 × 10^k written as plain numbers ("20", "50", "100"), no
+    labelled minor ticks (matplotlib labels them when the range is under a decade, and they collide)."""
+    from matplotlib import ticker
+
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
 def norm_outliers(r: dict, path):
     """High-norm patch tokens (Darcet et al. 2024 Fig. 3–4), from `analysis/outliers.py`'s result `r`: (left) per
     block, the median, 99th percentile and maximum of the patch-token norms with the fixed threshold and each block's
     robust one; (middle) the histogram of the last block's norms, log-spaced bins, counts on a log axis; (right) where
-    that block's outliers (above the robust threshold) sit: the fraction of images with an outlier at each position."""
+    that block's outliers (above the robust threshold) sit: the fraction of images with an outlier at each position,
+    or a statement that there are none. Both thresholds are drawn inside the axes (the limits are padded past them)
+    and named with their values; the legends sit below the panels, clear of the data."""
     blocks = r["blocks"]
     names = sorted(blocks)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4), gridspec_kw={"width_ratios": [1.2, 1.0, 0.9]})
+    fixed = float(r["threshold_fixed"])
+    last = r["analysis_block"]
+    robust_last = float(blocks[last]["robust_threshold"])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.3), gridspec_kw={"width_ratios": [1.2, 1.0, 0.9]})
     ax = axes[0]
     xs = range(len(names))
-    for key, style, label in (("median", "-", "median"), ("p99", "--", "99th percentile"), ("max", ":", "max"),
-                              ("robust_threshold", "-.", f"robust threshold (k = {r['mad_k']:g})")):
-        ax.plot(xs, [blocks[b][key] for b in names], style, marker="o", ms=3, label=label)
-    ax.axhline(r["threshold_fixed"], color="k", lw=0.8, label=f"fixed threshold {r['threshold_fixed']:g}")
+    series = (("median", "-", "median"), ("p99", "--", "99th percentile"), ("max", ":", "max"),
+              ("robust_threshold", "-.", f"robust threshold (median + {r['mad_k']:g}·1.4826·MAD)"))
+    for key, style, label in series:
+        ax.plot(xs, [blocks[b][key] for b in names], style, marker="o", ms=3, label=label,
+                color="C3" if key == "robust_threshold" else None)
+    ax.axhline(fixed, color="k", lw=1.0, label=f"fixed threshold {fixed:g}")
     ax.set_yscale("log")
+    ax.set_ylim(*_padded_log_limits([blocks[b][k] for b in names for k, _, _ in series] + [fixed]))
+    _plain_log_ticks(ax.yaxis)
     ax.set_xticks(list(xs), names, rotation=45, fontsize=7)
     ax.set_xlabel("encoder block (output)")
     ax.set_ylabel("patch-token L2 norm")
     ax.set_title("Patch-token norms per block", fontsize=9)
-    ax.legend(fontsize=6, loc="best")  # the emptiest corner: the lines span every block
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
     ax = axes[1]
-    last = r["analysis_block"]
     edges = np.asarray(r["histogram_edges"])
     counts = np.asarray(blocks[last]["histogram"], float)
-    ax.stairs(np.where(counts > 0, counts, np.nan), edges, fill=True, alpha=0.6)
+    ax.stairs(np.where(counts > 0, counts, np.nan), edges, fill=True, alpha=0.6, color="C0")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.axvline(blocks[last]["robust_threshold"], ls="-.", color="C3", label="robust threshold")
-    ax.axvline(r["threshold_fixed"], color="k", lw=0.8, label="fixed threshold")
+    ax.axvline(robust_last, ls="-.", lw=1.6, color="C3", label=f"robust threshold {robust_last:.3g}")
+    ax.axvline(fixed, color="k", lw=1.0, label=f"fixed threshold {fixed:g}")
+    occupied = edges[:-1][counts > 0]
+    ax.set_xlim(*_padded_log_limits(list(occupied) + list(edges[1:][counts > 0]) + [robust_last, fixed]))
+    _plain_log_ticks(ax.xaxis)
+    _plain_log_ticks(ax.yaxis)
     ax.set_xlabel("patch-token L2 norm")
     ax.set_ylabel("tokens")
     o = r["outliers"]
     ax.set_title(f"{last}: {blocks[last]['fraction_above_robust']:.2%} above robust, "
                  f"{blocks[last]['fraction_above_fixed']:.2%} above fixed", fontsize=9)
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     ax = axes[2]
     m = np.asarray(o["position_fraction"], float).reshape(r["grid"])
-    im = ax.imshow(m, cmap="magma", vmin=0.0, vmax=max(float(m.max()), 1e-3))
-    step = max(1, max(m.shape) // 8)  # integer patch indices, at most about 8 per axis
-    ax.set_xticks(range(0, m.shape[1], step))
-    ax.set_yticks(range(0, m.shape[0], step))
     ax.set_xlabel("patch column")
     ax.set_ylabel("patch row")
-    cos = (f"neighbour cos {o['neighbour_cosine_outlier']:.2f} vs {o['neighbour_cosine_normal']:.2f} normal"
-           if o["neighbour_cosine_outlier"] is not None else "no outliers")
-    ax.set_title(textwrap.fill(f"{last} outliers: {o['count']} of {o['tokens']} tokens in "
-                               f"{o['images_with_outlier']} of {o['images']} images; {cos}", 48), fontsize=8)
-    fig.colorbar(im, ax=ax, label="fraction of images with an outlier here", shrink=0.8)
+    if o["count"]:
+        im = ax.imshow(m, cmap="magma", vmin=0.0, vmax=float(m.max()))
+        step = max(1, max(m.shape) // 8)  # integer patch indices, at most about 8 per axis
+        ax.set_xticks(range(0, m.shape[1], step))
+        ax.set_yticks(range(0, m.shape[0], step))
+        cos = f"neighbour cos {o['neighbour_cosine_outlier']:.2f} vs {o['neighbour_cosine_normal']:.2f} normal"
+        ax.set_title(textwrap.fill(f"{last} outliers: {o['count']} of {o['tokens']} tokens in "
+                                   f"{o['images_with_outlier']} of {o['images']} images; {cos}", 48), fontsize=8)
+        fig.colorbar(im, ax=ax, label="fraction of images with an outlier here", shrink=0.8)
+    else:  # an all-zero map would be a black square with an arbitrary colour scale: say what was found instead
+        ax.set_xlim(-0.5, m.shape[1] - 0.5)
+        ax.set_ylim(m.shape[0] - 0.5, -0.5)
+        step = max(1, max(m.shape) // 8)
+        ax.set_xticks(range(0, m.shape[1], step))
+        ax.set_yticks(range(0, m.shape[0], step))
+        ax.set_aspect("equal")
+        ax.text(0.5, 0.5, textwrap.fill(f"no outliers: none of the {o['tokens']} patch tokens of {o['images']} "
+                                        f"images is above the robust threshold ({robust_last:.3g})", 30),
+                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        ax.set_title(f"{last}: where the outliers sit ({m.shape[0]} × {m.shape[1]} patches)", fontsize=8)
     fig.suptitle("High-norm patch tokens (Darcet et al. 2024)", fontsize=10)
     _save(fig, path)
 
