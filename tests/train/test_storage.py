@@ -196,6 +196,60 @@ def test_store_going_away_stops_the_run_and_the_same_command_resumes(tmp_path):
     assert m and re.search(r"\(step (250|500) of 750\)", m[0]), r.stderr[-2000:]
 
 
+def test_store_going_away_during_an_asynchronous_save_names_that_step_and_the_run_resumes(tmp_path):
+    """The store goes away while a checkpoint is being written (its step folder in the bucket, no
+    commit_success.txt yet): one error line naming that step and its folder, the last complete step, no traceback;
+    the same command resumes from that step once the store is back."""
+    emu = Emulator(root=str(tmp_path / "gcs")).start()
+    emu.bucket("inflight")
+    env = {**os.environ, **emu.env(), "JAX_PLATFORMS": "cpu"}
+    # width 256: a checkpoint of ≈ 19 MB, long enough in flight through the emulator to be caught mid-write
+    args = [sys.executable, "main.py", "--config=configs/default.py", "--workdir=gs://inflight/run",
+            "--config.total_steps=400", "--config.checkpoint_every_steps=100", "--config.log_every_steps=50",
+            "--config.eval_every_steps=0", "--config.data.eval_examples=32", "--config.tensorboard=False",
+            "--config.metrics_flush_secs=0", "--config.checkpoint_timeout_s=60", "--config.model.depth=2",
+            "--config.model.width=256", "--config.model.mlp_dim=1024", "--config.model.num_heads=2",
+            "--config.data.image_size=8", "--config.pp.pad=1", "--config.batch_size=16"]
+    ckpts = os.path.join(emu.root, "data", "inflight", "run", "checkpoints")
+
+    def steps(done: bool):  # the step folders in the bucket whose checkpoint is complete (done) or still being written
+        names = os.listdir(ckpts) if os.path.isdir(ckpts) else []
+        return sorted(int(s) for s in names if s.isdigit()
+                      and os.path.exists(os.path.join(ckpts, s, "commit_success.txt")) == done)
+
+    p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    caught = None
+    try:
+        deadline = time.time() + 300
+        while p.poll() is None and time.time() < deadline:
+            complete, writing = steps(True), steps(False)
+            later = [s for s in writing if complete and s > complete[-1]]
+            if later:  # a save after a complete one is in flight: the store goes away now
+                emu.stop()
+                caught = (later[0], complete[-1])
+                break
+            time.sleep(0.005)
+        out, _ = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        emu.stop()
+    assert caught is not None, f"no save was caught in flight; exit {p.returncode}:\n{out[-3000:]}"
+    step, last = caught
+    assert p.returncode == 1, out[-3000:]
+    err = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and f"saving checkpoint step {step} (gs://inflight/run/checkpoints/{step}) failed" in err[0] \
+        and f"the last complete checkpoint is step {last}" in err[0], out[-3000:]
+    other = [line for line in out.splitlines() if not re.match(r"[IW]\d{4} ", line) and not line.startswith("error: ")]
+    assert len(other) <= 4 and "Traceback" not in out, out[-3000:]
+    emu.start()  # the same bucket, back
+    r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    emu.stop()
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = [line for line in r.stderr.splitlines() if "resuming from checkpoint" in line]
+    assert m and f"(step {last} of 400)" in m[0], r.stderr[-2000:]
+
+
 def test_tpu_vm_launcher_issues_the_commands_for_every_worker_and_refuses_a_local_workdir(tmp_path):
     stub = tmp_path / "bin" / "gcloud"
     stub.parent.mkdir()
