@@ -296,3 +296,22 @@ def test_ensure_analyses_pairs_runs_without_checkpoints_from_their_stored_grams(
     t, b = verdicts._paired_cka(gap, base, got)
     np.testing.assert_allclose(t, [got[gap[s]]["cka_across"]["matrix"][0][0] for s in range(3)])
     np.testing.assert_allclose(b, [got[base[s]]["cka_across"]["matrix"][0][0] for s in range(3)])
+
+
+def test_a_retrained_gap_run_stands_in_only_for_an_archived_gap_run_that_cannot_pair():
+    # gap0 and gap1 were archived before stored Grams (no cross-seed CKA); gap2 has its pair. Retrained GAP runs
+    # g0 and g1 (analysed against the retrained references r1, r2) stand in for them; g2 exists but is not used.
+    base = {0: "full0", 1: "full1", 2: "full2"}
+    refs = {0: "r0", 1: "r1", 2: "r2"}
+    results = {"full0": {}, "full1": {}, "full2": {}, "r0": _cka_result(0.79, "r1"), "r1": _cka_result(0.71, "r2"),
+               "r2": _cka_result(0.74, "r0"), "gap0": {}, "gap1": {}, "gap2": _cka_result(0.50, "r0"),
+               "g0": _cka_result(0.60, "r1"), "g1": _cka_result(0.55, "r2"), "g2": _cka_result(0.99, "r0")}
+    arm = {0: "gap0", 1: "gap1", 2: "gap2"}
+    alt = {0: "g0", 1: "g1", 2: "g2"}
+    used: list = []
+    t, b = verdicts._paired_cka(arm, base, results, refs, used, alt)
+    assert (t, b) == ([0.60, 0.55, 0.50], [0.79, 0.71, 0.74])
+    assert used == ["g0", "r0", "r1", "g1", "r2"]
+    note = verdicts._refs_note(used, alt)
+    assert "stands in for that pair only (/g0, /g1;" in note and "(/r0, /r1, /r2;" in note
+    assert verdicts._paired_cka(arm, base, results, refs, [], None) == ([0.50], [0.74])  # without them: one pair

@@ -36,8 +36,10 @@ values of each judged row (`catalog.JUDGEMENTS`):
   model of seed s′ ≠ s, against full data (s) vs full data (s′), paired on the reference s′.
 
 `--refs=ROOT`: baseline runs of the same sweep trained again (their archived originals kept no checkpoint); R7/R8
-pairs whose reference has no checkpoint use them (`reference_run`, `_paired_cka`), and the note says so. Without
-any checkpoint, an R7/R8 pair comes from the two runs' stored last-block Gram matrices (`analysis/last_block_grams.npz`,
+pairs whose reference has no checkpoint use them (`reference_run`, `_paired_cka`), and the note says so. Runs of the
+other R7/R8 arms (GAP, data subsets) in that root stand in, for the R7/R8 pair only, for an archived run of the same
+arm and seed that can no longer be compared (no checkpoint, no stored Grams); every other row reads the archived
+run. Without any checkpoint, an R7/R8 pair comes from the two runs' stored last-block Gram matrices (`analysis/last_block_grams.npz`,
 written by every analysis and archived with it): a sweep's runs can then be trained in different sessions.
 
 Every comparison names its sweep (data set, model, step budget), so verdict files of several sweeps can be read
@@ -243,10 +245,12 @@ def reference_run(seed: int, base: dict, refs: dict | None = None) -> str | None
     return ref
 
 
-def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None = None) -> dict:
+def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None = None,
+                    retrained: dict | None = None) -> dict:
     """Runs the analysis of every run that lacks it (CLS and GAP runs against the baseline CLS run of the next
-    seed, `reference_run`) and of the retrained baseline runs `refs` (each against the retrained run of the next
-    seed); returns `{workdir: analysis.json dict}`.
+    seed, `reference_run`), of the retrained baseline runs `refs` (each against the retrained run of the next
+    seed) and of the retrained runs of other arms `retrained` (`{arm key: {seed: workdir}}`, analysed as the arm's
+    own runs are); returns `{workdir: analysis.json dict}`.
 
     A run left without a cross-seed CKA because its reference had no checkpoint (trained in another session, or
     archived) gets its R7/R8 value from the two runs' stored last-block Gram matrices where both have them
@@ -257,6 +261,8 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None
     base = arms.get(BASE, {})
     todo_list = [(key, seed, workdir) for key, by_seed in arms.items() for seed, workdir in sorted(by_seed.items())]
     todo_list += [("refs", seed, workdir) for seed, workdir in sorted((refs or {}).items())]
+    todo_list += [(key, seed, workdir) for key, by_seed in (retrained or {}).items()
+                  for seed, workdir in sorted(by_seed.items())]
     out, wanted = {}, {}
     for key, seed, workdir in todo_list:
         ref = cross_seed_reference(seed, refs) if key == "refs" else None
@@ -317,20 +323,32 @@ PAIRED_NOTE = ("paired t on seeds: the treatment model of seed s (a subset or GA
                "repeat it, and that seed is dropped)")
 
 
-def _refs_note(used: list) -> str:
-    """The note's sentence on retrained baseline runs used by R7/R8 pairs (empty if none)."""
+def _refs_note(used: list, alt: dict | None = None) -> str:
+    """The note's sentence on retrained runs used by R7/R8 pairs (empty if none): baseline runs, and runs of the arm
+    itself (`alt`, `{seed: workdir}`) standing in for archived ones that could not be compared."""
     if not used:
         return ""
-    # <root>/<run>: the same whether the runs are read where they were analysed or from the archive (once each).
-    names = list(dict.fromkeys(f"{storage.basename(storage.dirname(w))}/{storage.basename(w)}" for w in used))
-    return ("; where a model of the arm could only be compared with a retrained reference (the archived one had no "
-            "checkpoint left), its pair uses the full-data runs trained again with the same configs ("
-            + ", ".join(names) + "; not bit for bit the archived models): the pair's baseline is the retrained model "
-            "of its seed, compared with the same retrained reference")
+
+    def names(ws):  # <root>/<run>: the same whether read where analysed or from the archive (once each)
+        return ", ".join(dict.fromkeys(f"{storage.basename(storage.dirname(w))}/{storage.basename(w)}" for w in ws))
+
+    own = [w for w in used if w in (alt or {}).values()]
+    base = [w for w in used if w not in own]
+    note = ""
+    if base:
+        note += ("; where a model of the arm could only be compared with a retrained reference (the archived one had "
+                 "no checkpoint left), its pair uses the full-data runs trained again with the same configs ("
+                 + names(base) + "; not bit for bit the archived models): the pair's baseline is the retrained model "
+                 "of its seed, compared with the same retrained reference")
+    if own:
+        note += ("; where the arm's archived model of a seed could no longer be compared (no checkpoint, no stored "
+                 "Gram matrices), its run trained again with the same config stands in for that pair only ("
+                 + names(own) + "; the arm's other rows read the archived runs)")
+    return note
 
 
 def _paired_cka(arm: dict, base: dict, results: dict, refs: dict | None = None,
-                used: list | None = None) -> tuple[list[float], list[float]]:
+                used: list | None = None, alt: dict | None = None) -> tuple[list[float], list[float]]:
     """R7/R8 pairs: per seed s present in both arms (both analysed against the same reference, the full-data CLS
     run of `cross_seed_reference(s)`), the last-block CKA of the arm's model and of the full-data model of seed s;
     two lists in seed order.
@@ -343,15 +361,23 @@ def _paired_cka(arm: dict, base: dict, results: dict, refs: dict | None = None,
     `refs` (`{seed: workdir}`, the baseline runs trained again, `reference_run`): where the arm's model of seed s was
     compared with a retrained reference, the baseline of the pair is the retrained model of seed s compared with that
     same reference (both models of the pair meet one reference); the retrained runs used are appended to `used`.
+    `alt` (`{seed: workdir}`, the arm's runs trained again): where the arm's model of seed s has no cross-seed CKA
+    (archived before stored Grams, no checkpoint), its retrained run of seed s stands in for the pair.
 
     Raises:
       ValueError: the two models of a pair were analysed against different references.
     """
     t, b, pairs = [], [], set()
     seed_of = {w: s for s, w in [*base.items(), *(refs or {}).items()]}
-    for s in sorted(set(arm) & set(base)):
+    for s in sorted((set(arm) | set(alt or {})) & set(base)):
         wb = base[s]
-        rt, rb = results[arm[s]], results[wb]
+        wt = arm.get(s)
+        if (wt is None or "cka_across" not in results.get(wt, {})) and alt and s in alt \
+                and "cka_across" in results.get(alt[s], {}):
+            wt = alt[s]
+            if used is not None and wt not in used:
+                used.append(wt)
+        rt, rb = results.get(wt, {}), results[wb]
         if "cka_across" not in rt:
             continue
         other = rt["cka_across"]["other"]
@@ -363,7 +389,7 @@ def _paired_cka(arm: dict, base: dict, results: dict, refs: dict | None = None,
                 used += [w for w in (wb, other) if w not in used]
         if "cka_across" in rb:
             if other != rb["cka_across"]["other"]:
-                raise ValueError(f"{arm[s]} and {wb} were analysed against different references "
+                raise ValueError(f"{wt} and {wb} were analysed against different references "
                                  f"({other} vs {rb['cka_across']['other']}); delete their analysis/ folders and "
                                  "rerun")
             pair = frozenset((s, seed_of.get(other, other)))
@@ -481,9 +507,10 @@ def d1_inputs(arms: dict, results: dict, label: str = "") -> list[dict]:
     return out
 
 
-def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[dict]:
+def verdict_inputs(arms: dict, results: dict, refs: dict | None = None, retrained: dict | None = None) -> list[dict]:
     """The per-seed values of J4, R2, R4, R5, R6, R7, R8 and D1 (`report.verdicts_from_file` format); `refs`: the
-    retrained baseline runs that R7/R8 pairs may use (`_paired_cka`)."""
+    retrained baseline runs that R7/R8 pairs may use (`_paired_cka`); `retrained`: `{arm key: {seed: workdir}}`,
+    other arms' runs trained again, which stand in for an R7/R8 pair only (`_paired_cka`'s `alt`)."""
     base = arms.get(BASE, {})
     base_runs = [base[s] for s in sorted(base)]
     label = f" ({sweep_label(base_runs[0])})" if base_runs else ""
@@ -509,10 +536,11 @@ def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[
                             "comparison": f"{pct} vs 100 % of the pretraining data: 10-shot digits{label}",
                             "treatment": shots_t, "baseline": shots_b, "method": "welch", "runs": runs + base_runs})
             used: list = []
-            t, b = _paired_cka(by_seed, base, results, refs, used)
+            t, b = _paired_cka(by_seed, base, results, refs, used, (retrained or {}).get(key))
             out.append({"key": "R7", "comparison": f"{pct} subset vs full data: last-block CKA with a full-data model "
                         f"of another seed, paired on that reference{label}", "treatment": t, "baseline": b,
-                        "method": "paired", "runs": runs + base_runs + used, "note": PAIRED_NOTE + _refs_note(used)})
+                        "method": "paired", "runs": runs + base_runs + used,
+                        "note": PAIRED_NOTE + _refs_note(used, (retrained or {}).get(key))})
             continue
         if key[4] < 1.0:
             continue
@@ -532,10 +560,11 @@ def verdict_inputs(arms: dict, results: dict, refs: dict | None = None) -> list[
                         "baseline": [margin(results[w]) for w in base_runs], "method": "welch",
                         "runs": runs + base_runs})
             used = []
-            t, b = _paired_cka(by_seed, base, results, refs, used)
+            t, b = _paired_cka(by_seed, base, results, refs, used, (retrained or {}).get(key))
             out.append({"key": "R8", "comparison": f"GAP vs CLS: last-block CKA with a CLS model of another seed, "
                         f"paired on that reference{label}", "treatment": t, "baseline": b, "method": "paired",
-                        "runs": runs + base_runs + used, "note": PAIRED_NOTE + _refs_note(used)})
+                        "runs": runs + base_runs + used,
+                        "note": PAIRED_NOTE + _refs_note(used, (retrained or {}).get(key))})
     own = own_permutation_runs(arms)
     if set(own) - {0}:  # the per-seed-permutation arm exists: J4 over permutations
         seeds = sorted(own)
@@ -551,8 +580,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", required=True, help="a sweep root (local or gs://)")
     ap.add_argument("--out", required=True, help="the verdicts.json to write")
     ap.add_argument("--refs", action="append", default=[],
-                    help="a root of baseline runs (full-data CLS) trained again with the sweep's configs, with "
-                    "checkpoints: R7/R8 use them where the archived baseline runs have none (repeatable)")
+                    help="a root of runs trained again with the sweep's configs, with checkpoints or stored Grams: "
+                    "R7/R8 use its baseline runs (full-data CLS) where the archived ones have neither, and its "
+                    "GAP / data-subset runs in place of archived ones that cannot be compared (repeatable)")
     ap.add_argument("--analysis_examples", type=int, default=1024)
     ap.add_argument("--analysis_batch", type=int, default=256)
     args = ap.parse_args(argv)
@@ -564,11 +594,15 @@ def main(argv=None) -> int:
         print(f"error: no finished baseline ViT run (CLS, standard attention, unpermuted) below {args.runs}",
               file=sys.stderr)
         return 1
-    refs = {}
+    refs, retrained = {}, {}
     for root in args.refs:
-        refs.update(find_arms(root).get(BASE, {}))
-    results = ensure_analyses(arms, args.analysis_examples, args.analysis_batch, refs)
-    rows = verdict_inputs(arms, results, refs)
+        for key, by_seed in find_arms(root).items():
+            if key == BASE:
+                refs.update(by_seed)
+            elif key[1] in ("token", "gap") and key[2] == "-" and key[3] == "none" and key in arms:  # R7/R8 arms
+                retrained.setdefault(key, {}).update(by_seed)
+    results = ensure_analyses(arms, args.analysis_examples, args.analysis_batch, refs, retrained)
+    rows = verdict_inputs(arms, results, refs, retrained)
     base = arms[BASE]
     rows += r1_inputs(ensure_cross_cka(base, find_resnets(args.runs), args.analysis_examples, args.analysis_batch),
                       f" ({sweep_label(base[min(base)])})")
