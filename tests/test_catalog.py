@@ -171,3 +171,23 @@ def test_a_row_takes_the_trained_settings_status_only_once_it_is_judged_on_every
     count = catalog_page.row_status("J1", earlier + one_set)[1]
     assert "n = 3 of 3 per arm" in count and "not yet run there: J1 cifar10)" in count
     assert "not yet run" not in catalog_page.row_status("J1", earlier + two_seeds)[1]
+
+
+def test_the_scale_note_keeps_each_sweeps_baseline_from_the_setting_folder_that_ran_it(tmp_path):
+    """Two trained-model setting folders, each with one sweep's runs: the note names both baselines (a folder
+    without a sweep's runs must not hide the other folder's value)."""
+    cols = ["dataset", "model", "attention", "classifier", "skip_ablation", "permutation", "registers",
+            "train_fraction", "smoke", "duplicate_of", "eval/accuracy"]
+    rows = {"a": [("cifar100", "ViT-Ti/8/w128d6", "0.40"), ("cifar100", "ViT-Ti/8/w128d6", "0.42")],
+            "b": [("cifar10", "ViT-Ti/4/w64d6", "0.75")]}
+    settings = []
+    for name, runs in rows.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "verdicts.json").write_text("[]")
+        lines = [",".join(cols)] + [f"{ds},{m},standard,token,-,none,0,1.0,False,,{acc}" for ds, m, acc in runs]
+        (d / "runs.csv").write_text("\n".join(lines) + "\n")
+        settings.append(str(d))
+    for order in (settings, settings[::-1]):
+        text = catalog_page.render(settings=order)
+        assert "ViT-Ti/8/w128d6 on cifar100: 41.0 % (n=2)" in text and "ViT-Ti/4/w64d6 on cifar10: 75.0 % (n=1)" in text
