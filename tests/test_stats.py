@@ -118,6 +118,13 @@ def test_a_key_added_later_at_its_old_behaviour_is_the_same_training():
     new = {"seed": 0, "data": {"root": "/a", "in_memory": False}, "distributed": {"initialization_timeout": 1800}}
     assert stats.training_key(old) == stats.training_key(new)
     assert stats.training_key(old) != stats.training_key({**new, "data": {"root": "/a", "in_memory": True}})
+    # The published-family layout keys (added with DINOv2 / DeiT III / CLIP imports) at the plain ViT's values: a run
+    # trained again after they existed duplicates its archived original (never a second seed of it).
+    before = {"seed": 0, "model": {"width": 128}, "pp": {"crop": True}}
+    after = {"seed": 0, "model": {"width": 128, "layer_norm_eps": 1e-6, "layerscale": None, "norm_pre": False},
+             "pp": {"crop": True, "normalize": ""}}
+    assert stats.training_key(before) == stats.training_key(after)
+    assert stats.training_key(before) != stats.training_key({**after, "model": {**after["model"], "norm_pre": True}})
 
 
 def test_smoke_runs_are_those_off_the_declared_budgets():

@@ -45,7 +45,9 @@ NOT_TRAINING = ("fewshot.", "log_every_steps", "eval_every_steps", "checkpoint_e
                 "distributed.initialization_timeout")
 # Training keys added to the config after runs existed, with the value that reproduces what a run without the key
 # did: a config.json that lacks the key and one that has this value describe the same training.
-ADDED_KEYS = {"data.in_memory": False, "data.device_augment": False}
+ADDED_KEYS = {"data.in_memory": False, "data.device_augment": False,
+              # the layouts of published ViT families (DINOv2, DeiT III, CLIP): at these values the plain ViT
+              "model.layer_norm_eps": 1e-6, "model.layerscale": None, "model.norm_pre": False, "pp.normalize": ""}
 
 
 def _inert_keys(flat: dict) -> set:
