@@ -23,6 +23,42 @@ def _losses(workdir):
     return {r["step"]: r["train/loss"] for r in metrics.read_metrics(workdir) if "train/loss" in r}
 
 
+def _outage_run(workdir: str, *, total: int, every: int, depth: int, width: int, mlp_dim: int) -> list[str]:
+    """The command line of a small default-config run into `workdir` that checkpoints every `every` steps."""
+    return [sys.executable, "main.py", "--config=configs/default.py", f"--workdir={workdir}",
+            f"--config.total_steps={total}", f"--config.checkpoint_every_steps={every}", "--config.log_every_steps=50",
+            "--config.eval_every_steps=0", "--config.data.eval_examples=32", "--config.tensorboard=False",
+            "--config.metrics_flush_secs=0", "--config.checkpoint_timeout_s=60", f"--config.model.depth={depth}",
+            f"--config.model.width={width}", f"--config.model.mlp_dim={mlp_dim}", "--config.model.num_heads=2",
+            "--config.data.image_size=8", "--config.pp.pad=1", "--config.batch_size=16"]
+
+
+def _bucket_steps(ckpts: str, *, done: bool) -> list[int]:
+    """Step folders under `ckpts` (the emulator's bucket) whose checkpoint is complete (done) or being written."""
+    names = os.listdir(ckpts) if os.path.isdir(ckpts) else []
+    return sorted(int(s) for s in names if s.isdigit()
+                  and os.path.exists(os.path.join(ckpts, s, "commit_success.txt")) == done)
+
+
+def _assert_quiet(out: str):
+    """Apart from the I/W progress log and the one error: line, at most 4 lines and no traceback."""
+    other = [line for line in out.splitlines() if not re.match(r"[IW]\d{4} ", line) and not line.startswith("error: ")]
+    assert len(other) <= 4 and "Traceback" not in out, out[-3000:]
+
+
+def _resume_when_back(emu, args: list[str], env: dict) -> str:
+    """Bring the bucket back, run the same command to the end; returns its 'resuming from checkpoint' line."""
+    emu.start()
+    t0 = time.time()
+    r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    emu.stop()
+    print(f"resumed run: {time.time() - t0:.1f} s")
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = [line for line in r.stderr.splitlines() if "resuming from checkpoint" in line]
+    assert m, r.stderr[-2000:]
+    return m[0]
+
+
 def test_train_into_a_bucket_preempt_resume_bitwise_then_analyse_and_report(gcs, tmp_path, monkeypatch, caplog):
     bucket = gcs.bucket("train-bkt")
     url = f"{bucket}/runs/tiny"
@@ -151,24 +187,15 @@ def test_store_going_away_stops_the_run_and_the_same_command_resumes(tmp_path):
     emu = Emulator(root=str(tmp_path / "gcs")).start()
     emu.bucket("outage")
     env = {**os.environ, **emu.env(), "JAX_PLATFORMS": "cpu"}
-    args = [sys.executable, "main.py", "--config=configs/default.py", "--workdir=gs://outage/run",
-            "--config.total_steps=750", "--config.checkpoint_every_steps=250", "--config.log_every_steps=50",
-            "--config.eval_every_steps=0", "--config.data.eval_examples=32", "--config.tensorboard=False",
-            "--config.metrics_flush_secs=0", "--config.checkpoint_timeout_s=60", "--config.model.depth=1",
-            "--config.model.width=32", "--config.model.mlp_dim=64", "--config.model.num_heads=2",
-            "--config.data.image_size=8", "--config.pp.pad=1", "--config.batch_size=16"]
+    args = _outage_run("gs://outage/run", total=750, every=250, depth=1, width=32, mlp_dim=64)
     ckpts = os.path.join(emu.root, "data", "outage", "run", "checkpoints")
-
-    def committed():  # the steps whose checkpoint is complete in the bucket
-        return sorted(int(s) for s in (os.listdir(ckpts) if os.path.isdir(ckpts) else [])
-                      if s.isdigit() and os.path.exists(os.path.join(ckpts, s, "commit_success.txt")))
 
     p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 240
-        while not committed() and p.poll() is None and time.time() < deadline:
+        while not _bucket_steps(ckpts, done=True) and p.poll() is None and time.time() < deadline:
             time.sleep(0.05)
-        if not committed():
+        if not _bucket_steps(ckpts, done=True):
             early = p.communicate(timeout=60)[0] if p.poll() is not None else "(still running)"
             raise AssertionError(f"no checkpoint reached the bucket; exit {p.poll()}:\n{early[-3000:]}")
         emu.stop()  # the store goes away mid-run
@@ -182,18 +209,11 @@ def test_store_going_away_stops_the_run_and_the_same_command_resumes(tmp_path):
     assert p.returncode == 1, out[-3000:]
     err = [line for line in out.splitlines() if line.startswith("error: ")]
     assert len(err) == 1 and "gs://outage/run" in err[0], out[-3000:]
-    other = [line for line in out.splitlines() if not re.match(r"[IW]\d{4} ", line) and not line.startswith("error: ")]
-    assert len(other) <= 4 and "Traceback" not in out, out[-3000:]  # library errors are counted in log.txt instead
+    _assert_quiet(out)  # library errors are counted in log.txt instead
     assert stopped_after < 60, stopped_after  # gcsfs retries for about 35 s, then the run stops (no second round)
     print(f"stopped {stopped_after:.1f} s after the store went away")
-    emu.start()  # the same bucket, back
-    t0 = time.time()
-    r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-    emu.stop()
-    print(f"resumed run: {time.time() - t0:.1f} s")
-    assert r.returncode == 0, r.stderr[-3000:]
-    m = [line for line in r.stderr.splitlines() if "resuming from checkpoint" in line]
-    assert m and re.search(r"\(step (250|500) of 750\)", m[0]), r.stderr[-2000:]
+    m = _resume_when_back(emu, args, env)
+    assert re.search(r"\(step (250|500) of 750\)", m), m
 
 
 def test_store_going_away_during_an_asynchronous_save_names_that_step_and_the_run_resumes(tmp_path):
@@ -204,25 +224,15 @@ def test_store_going_away_during_an_asynchronous_save_names_that_step_and_the_ru
     emu.bucket("inflight")
     env = {**os.environ, **emu.env(), "JAX_PLATFORMS": "cpu"}
     # width 256: a checkpoint of ≈ 19 MB, long enough in flight through the emulator to be caught mid-write
-    args = [sys.executable, "main.py", "--config=configs/default.py", "--workdir=gs://inflight/run",
-            "--config.total_steps=400", "--config.checkpoint_every_steps=100", "--config.log_every_steps=50",
-            "--config.eval_every_steps=0", "--config.data.eval_examples=32", "--config.tensorboard=False",
-            "--config.metrics_flush_secs=0", "--config.checkpoint_timeout_s=60", "--config.model.depth=2",
-            "--config.model.width=256", "--config.model.mlp_dim=1024", "--config.model.num_heads=2",
-            "--config.data.image_size=8", "--config.pp.pad=1", "--config.batch_size=16"]
+    args = _outage_run("gs://inflight/run", total=400, every=100, depth=2, width=256, mlp_dim=1024)
     ckpts = os.path.join(emu.root, "data", "inflight", "run", "checkpoints")
-
-    def steps(done: bool):  # the step folders in the bucket whose checkpoint is complete (done) or still being written
-        names = os.listdir(ckpts) if os.path.isdir(ckpts) else []
-        return sorted(int(s) for s in names if s.isdigit()
-                      and os.path.exists(os.path.join(ckpts, s, "commit_success.txt")) == done)
 
     p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     caught = None
     try:
         deadline = time.time() + 300
         while p.poll() is None and time.time() < deadline:
-            complete, writing = steps(True), steps(False)
+            complete, writing = _bucket_steps(ckpts, done=True), _bucket_steps(ckpts, done=False)
             later = [s for s in writing if complete and s > complete[-1]]
             if later:  # a save after a complete one is in flight: the store goes away now
                 emu.stop()
@@ -240,14 +250,9 @@ def test_store_going_away_during_an_asynchronous_save_names_that_step_and_the_ru
     err = [line for line in out.splitlines() if line.startswith("error: ")]
     assert len(err) == 1 and f"saving checkpoint step {step} (gs://inflight/run/checkpoints/{step}) failed" in err[0] \
         and f"the last complete checkpoint is step {last}" in err[0], out[-3000:]
-    other = [line for line in out.splitlines() if not re.match(r"[IW]\d{4} ", line) and not line.startswith("error: ")]
-    assert len(other) <= 4 and "Traceback" not in out, out[-3000:]
-    emu.start()  # the same bucket, back
-    r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-    emu.stop()
-    assert r.returncode == 0, r.stderr[-3000:]
-    m = [line for line in r.stderr.splitlines() if "resuming from checkpoint" in line]
-    assert m and f"(step {last} of 400)" in m[0], r.stderr[-2000:]
+    _assert_quiet(out)
+    m = _resume_when_back(emu, args, env)
+    assert f"(step {last} of 400)" in m, m
 
 
 def test_tpu_vm_launcher_issues_the_commands_for_every_worker_and_refuses_a_local_workdir(tmp_path):
