@@ -535,9 +535,9 @@ JUDGEMENTS = {
     "R6": Judgement("R6", "10-shot ridge-probe accuracy of the pre-logits on a task never seen in pretraining",
                     "subset (the 10 % or 30 % the comparison names) − 100 % of the pretraining data", "negative", "points",
                     caveat="the direction is comparable, not the size: the paper's gap is about 30 points between "
-                    "JFT-300M and ImageNet pretraining, already in the middle layers; ours is a few points on the "
-                    "pre-logits, and both arms train 2,000 steps, so a 10 % subset is seen ten times as often — data "
-                    "size and repetition are not separated"),
+                    "JFT-300M and ImageNet pretraining, already in the middle layers; ours probes the pre-logits only, "
+                    "and both arms train the same number of steps, so a 10 % subset is seen ten times as often — "
+                    "data size and repetition are not separated"),
     "R7": Judgement("R7", "CKA of the last block with a full-data model of another seed", "subset (10 % or 30 %, seed s) vs "
                     "full data (s′ ≠ s) − full data (s) vs full data (s′ ≠ s)", "negative", "CKA"),
     "R8": Judgement("R8", "CKA of the last block with a CLS model of another seed", "GAP (seed s) vs CLS (s′ ≠ s) − "
