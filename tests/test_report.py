@@ -302,6 +302,27 @@ def test_archive_keeps_each_sweep_in_its_own_folder_and_skips_unfinished_runs(tm
         report.archive([a, a], dest)
 
 
+def test_an_archived_reports_analysis_verdicts_name_the_archived_runs_not_the_live_ones(tmp_path):
+    root = str(tmp_path / "runs" / "sweepA")
+    names = ["gap,seed=0", "cls,seed=0", "cls,seed=1"]
+    for i, name in enumerate(names):
+        _run(root, name, 0.5, seed=i)
+        with open(os.path.join(root, name, "final_metrics.json"), "w") as f:
+            json.dump({"eval/accuracy": 0.5}, f)
+    other = str(tmp_path / "elsewhere" / "x,seed=0")  # a run outside the archived sweep keeps its path
+    verdicts = str(tmp_path / "verdicts.json")
+    with open(verdicts, "w") as f:
+        json.dump([{"key": "R8", "comparison": "GAP vs CLS", "treatment": [0.6], "baseline": [0.7],
+                    "method": "paired", "runs": [os.path.join(root, n) for n in names] + [other]}], f)
+    dest, out = str(tmp_path / "archive"), str(tmp_path / "out")
+    assert report.main(["--runs", root + "/", "--archive", dest, "--out", out, "--verdicts", verdicts,
+                        "--no-curves"]) == 0
+    with open(os.path.join(out, "verdicts.json")) as f:
+        (r8,) = [v for v in json.load(f) if v["key"] == "R8"]
+    assert r8["runs"] == [os.path.join(dest, "sweepA", n) for n in names] + [other]
+    assert report.archived_path(root + "A/r", {root: dest}) == root + "A/r"  # a sibling folder is not below root
+
+
 def test_runs_csv_names_the_device_and_dtype_a_run_trained_on(tmp_path):
     root = str(tmp_path / "runs")
     _run(root, "gpu0", 0.6, dtype="bfloat16")
@@ -334,3 +355,24 @@ def test_step_ticks_of_a_long_run_are_few_and_short():
     labels = [ax.xaxis.get_major_formatter()(t, i) for i, t in enumerate(ax.get_xticks()) if lo <= t <= hi]
     plt.close(fig)
     assert labels == ["0", "5000", "10k", "15k"], labels
+
+
+def test_a_flat_accuracy_curve_is_drawn_on_at_least_ten_points_of_axis_and_a_wide_one_as_it_is(monkeypatch,
+                                                                                               tmp_path):
+    from vit_jax_struct import storage
+    from vit_jax_struct.train import curves
+
+    drawn = []
+    monkeypatch.setattr(storage, "savefig", lambda fig, path, dpi: drawn.append([ax.get_ylim() for ax in fig.axes]))
+    flat = [{"step": s, "train/loss": 1.0 / s, "eval/accuracy": a, "fewshot/x_10shot": a + 0.3}
+            for s, a in ((4000, 0.4884), (8000, 0.4858), (12000, 0.481), (16000, 0.4918))]
+    rising = [{"step": s, "train/loss": 1.0 / s, "eval/accuracy": a} for s, a in ((1000, 0.1), (2000, 0.6))]
+    curves.training_curves({"flat": flat}, str(tmp_path / "a.png"), "flat")
+    curves.training_curves({"flat,seed=0": flat, "rising,seed=0": rising}, str(tmp_path / "b.png"), "two arms")
+    top = [dict(r, **{"eval/accuracy": 0.97 + 0.005 * i}) for i, r in enumerate(flat)]
+    curves.training_curves({"top": top}, str(tmp_path / "c.png"), "near 100 %")
+    (_, acc, fewshot), (_, acc2, _) = drawn[0], drawn[1]
+    assert acc[1] - acc[0] == pytest.approx(0.1) and acc[0] < 0.481 and acc[1] > 0.4918
+    assert fewshot[1] - fewshot[0] == pytest.approx(0.1)
+    assert acc2[1] - acc2[0] > 0.5  # the comparison's wide range is left to matplotlib
+    assert drawn[2][1] == pytest.approx((0.9, 1.0))  # never above 100 %

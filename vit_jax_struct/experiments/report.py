@@ -521,6 +521,15 @@ def archive(roots, dest: str) -> list[str]:
     return [out for _, out in out_roots.values()]
 
 
+def archived_path(run: str, moved: dict) -> str:
+    """`run` (a run folder) below one of `moved`'s sweep roots, renamed to the same run below that root's archive
+    (`moved`: {root: archived root}, as `archive` returned them); any other path unchanged."""
+    for root, dest in moved.items():
+        if run.startswith(root + "/"):
+            return storage.join(dest, run[len(root) + 1:])
+    return run
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", action="append", required=True, help="folder(s) holding workdirs (repeatable)")
@@ -545,6 +554,7 @@ def main(argv=None) -> int:
     roots = args.runs
     if args.archive:
         roots = archive(roots, args.archive)
+        moved = {str(a).rstrip("/"): b for a, b in zip(args.runs, roots, strict=True)}
     runs = mark(find_runs(roots))
     if not runs:
         print(f"error: no evaluated runs below {args.runs}", file=sys.stderr)
@@ -559,7 +569,11 @@ def main(argv=None) -> int:
     cmds = storage.read_text(args.commands) if args.commands else ""
     rows = compare(runs)
     for path in args.verdicts:
-        rows += verdicts_from_file(path)
+        file_rows = verdicts_from_file(path)
+        if args.archive:  # an analysis file names the live runs; the report lists where they were archived
+            for r in file_rows:
+                r["runs"] = [archived_path(run, moved) for run in r["runs"]]
+        rows += file_rows
     curves = write_curves(runs, [r for r in rows if r["source"] == "runs.csv"], args.out) if args.curves else None
     md, csv_path = write(runs, rows, args.out, cmds, curves)
     print(f"{len(runs)} runs, {len(rows)} verdicts -> {md}, {csv_path}")

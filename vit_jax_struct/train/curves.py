@@ -19,6 +19,22 @@ CURVE_PANELS = (("train/loss", "train loss"), ("eval/accuracy", "eval accuracy")
                 ("fewshot/", "few-shot accuracy (ridge on pre-logits)"))
 
 
+MIN_ACCURACY_SPAN = 0.1  # fraction: an accuracy panel shows at least 10 points, so a 1-point wobble looks like one
+
+
+def _accuracy_axis(ax) -> None:
+    """Widens `ax`'s y range (accuracy, a fraction) to at least `MIN_ACCURACY_SPAN` around its data, inside [0, 1]:
+    autoscaling alone drew a flat 48.1–49.2 % eval curve at full panel height, read as a swing."""
+    if not ax.lines:
+        return
+    low, high = ax.get_ylim()
+    if high - low >= MIN_ACCURACY_SPAN:
+        return
+    mid = (low + high) / 2
+    low = min(max(mid - MIN_ACCURACY_SPAN / 2, 0.0), 1.0 - MIN_ACCURACY_SPAN)
+    ax.set_ylim(low, low + MIN_ACCURACY_SPAN)
+
+
 def _step_axis(ax) -> None:
     """Labels `ax`'s x axis "step" with at most 6 ticks on round numbers, steps from 10,000 written as `12k`, so
     tick labels of long runs never run together (seen at 16,000 steps: "10000120001400016000")."""
@@ -102,6 +118,8 @@ def training_curves(runs: dict, path, title: str) -> None:
     for ax, (key, name) in zip(axes, CURVE_PANELS[:panels]):
         _step_axis(ax)
         ax.set_ylabel(name)
+        if key != "train/loss":
+            _accuracy_axis(ax)
         ax.grid(alpha=0.3)
         n = len(ax.lines)
         if n > 1:  # below the panel, in columns: never over the curves, however many series
@@ -147,6 +165,8 @@ def _overlay(runs: dict, axes, styles, fig) -> None:
     for ax, (key, name) in zip(axes, CURVE_PANELS, strict=False):
         _step_axis(ax)
         ax.set_ylabel(name)
+        if key != "train/loss":
+            _accuracy_axis(ax)
         ax.grid(alpha=0.3)
     if datasets:
         axes[2].legend([plt.Line2D([], [], color="k", ls=st) for st in datasets.values()], list(datasets),
