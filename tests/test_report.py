@@ -321,6 +321,10 @@ def test_an_archived_reports_analysis_verdicts_name_the_archived_runs_not_the_li
         (r8,) = [v for v in json.load(f) if v["key"] == "R8"]
     assert r8["runs"] == [os.path.join(dest, "sweepA", n) for n in names] + [other]
     assert report.archived_path(root + "A/r", {root: dest}) == root + "A/r"  # a sibling folder is not below root
+    # the verdicts command names runs by absolute path, the report's --runs is often relative to the working directory
+    rel = os.path.relpath(root)
+    assert report.archived_path(os.path.join(root, names[0]), {rel: dest}) == os.path.join(dest, names[0])
+    assert report.archived_path(os.path.join(rel, names[0]) + "/", {root: dest}) == os.path.join(dest, names[0])
 
 
 def test_runs_csv_names_the_device_and_dtype_a_run_trained_on(tmp_path):

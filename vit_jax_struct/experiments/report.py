@@ -523,10 +523,14 @@ def archive(roots, dest: str) -> list[str]:
 
 def archived_path(run: str, moved: dict) -> str:
     """`run` (a run folder) below one of `moved`'s sweep roots, renamed to the same run below that root's archive
-    (`moved`: {root: archived root}, as `archive` returned them); any other path unchanged."""
+    (`moved`: {root: archived root}, as `archive` returned them); any other path unchanged. Local paths are compared
+    as absolute paths: the verdicts command writes `/abs/runs/sweep/run` where the report was given `runs/sweep`."""
+    def norm(path: str) -> str:
+        return path.rstrip("/") if storage.is_url(path) else os.path.abspath(path)
+
     for root, dest in moved.items():
-        if run.startswith(root + "/"):
-            return storage.join(dest, run[len(root) + 1:])
+        if norm(run).startswith(norm(root) + "/"):
+            return storage.join(dest, norm(run)[len(norm(root)) + 1:])
     return run
 
 
