@@ -298,6 +298,29 @@ def test_ensure_analyses_pairs_runs_without_checkpoints_from_their_stored_grams(
     np.testing.assert_allclose(b, [got[base[s]]["cka_across"]["matrix"][0][0] for s in range(3)])
 
 
+def test_a_retrained_reference_analysed_before_its_next_seed_existed_is_paired_again_from_stored_grams(tmp_path):
+    """Retrained CLS runs of seeds 0 and 1 analysed against each other (no seed 2 yet), then seed 2 trained: seed 1's
+    cross-seed CKA is redone against seed 2 (its cyclic reference now) from the stored Grams, seed 0's kept."""
+    from vit_jax_struct.analysis import cka
+
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 10, 32)
+    feats = {s: rng.normal(size=(32, 12)) for s in range(3)}
+    refs = {s: _stored_run(tmp_path, f"r{s}", feats[s], labels, 8) for s in range(2)}
+    verdicts.ensure_analyses({}, 32, 8, refs=refs)
+    old = {}
+    for s in range(2):
+        with open(os.path.join(refs[s], "analysis", "analysis.json")) as f:
+            old[s] = json.load(f)["cka_across"]
+    assert old[1]["other"] == refs[0]
+    refs[2] = _stored_run(tmp_path, "r2", feats[2], labels, 8)
+    got = verdicts.ensure_analyses({}, 32, 8, refs=refs)
+    assert [got[refs[s]]["cka_across"]["other"] for s in range(3)] == [refs[1], refs[2], refs[0]]
+    assert got[refs[0]]["cka_across"] == old[0]
+    np.testing.assert_allclose(got[refs[1]]["cka_across"]["matrix"][0][0], cka.linear_cka(feats[1], feats[2], 8),
+                               rtol=1e-5)
+
+
 def test_a_retrained_gap_run_stands_in_only_for_an_archived_gap_run_that_cannot_pair():
     # gap0 and gap1 were archived before stored Grams (no cross-seed CKA); gap2 has its pair. Retrained GAP runs
     # g0 and g1 (analysed against the retrained references r1, r2) stand in for them; g2 exists but is not used.

@@ -288,8 +288,11 @@ def ensure_analyses(arms: dict, num_examples: int, batch: int, refs: dict | None
             wanted[workdir] = ref
     for workdir, ref in wanted.items():  # pairs that no checkpoint could make: from the stored last-block Grams
         got = out[workdir]
-        if got is None or "cka_across" in got:
+        if got is None or got.get("cka_across", {}).get("other") == ref:
             continue
+        # no cross-seed CKA yet, or one against a reference that is no longer the run's (a retrained baseline of
+        # seed 1 analysed while seed 0 was the only other seed, then seed 2 trained): replaced where both runs
+        # have their stored Grams, else kept (`_paired_cka` refuses a pair of mismatched references)
         across = analysis_run.stored_cka_across(workdir, ref)
         if across is not None:
             print(f"[verdicts] last-block CKA of {workdir} with {ref} from their stored Gram matrices", flush=True)
