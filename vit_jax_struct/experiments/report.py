@@ -528,9 +528,10 @@ def archived_path(run: str, moved: dict) -> str:
     def norm(path: str) -> str:
         return path.rstrip("/") if storage.is_url(path) else os.path.abspath(path)
 
+    path = norm(run)
     for root, dest in moved.items():
-        if norm(run).startswith(norm(root) + "/"):
-            return storage.join(dest, norm(run)[len(norm(root)) + 1:])
+        if path.startswith(norm(root) + "/"):
+            return storage.join(dest, path[len(norm(root)) + 1:])
     return run
 
 
