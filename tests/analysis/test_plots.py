@@ -71,3 +71,16 @@ def test_redraw_marks_the_ablated_block_and_the_resnet_groups(tmp_path, monkeypa
     assert kw["split"] == layers.index("block03") and "block03 removed" in title
     title, kw = calls["cnn.png"]
     assert kw["col_groups"] == {"early": [0, 1, 2], "middle": [3, 4, 5, 6], "late": [7, 8]}
+
+
+def test_heatmap_title_keeps_the_cka_scale_whole_on_lines_of_its_own():
+    title = "CKA: vit_gap,seed=1 vs vit_original,seed=2"
+    narrow = plots.heatmap_title(title, 50)
+    assert narrow.splitlines() == [title, *plots.CKA_SCALE]
+    wide = plots.heatmap_title(title, 80)
+    assert wide.splitlines() == [title, " ".join(plots.CKA_SCALE)]
+    long = plots.heatmap_title("CKA within vit_original,seed=0; skip connections of block03 removed (dashed: the "
+                               "split before it)", 50)
+    lines = long.splitlines()
+    assert lines[-2:] == list(plots.CKA_SCALE) and all(len(line) <= 50 for line in lines[:-2])
+    assert " ".join(lines[:-2]).endswith("(dashed: the split before it)")

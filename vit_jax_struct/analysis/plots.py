@@ -25,19 +25,30 @@ def _save(fig, path):
     plt.close(fig)
 
 
+CKA_SCALE = ("linear CKA: 1 = same up to rotation and scale,", "0 = unrelated")
+
+
+def heatmap_title(title: str, chars: int) -> str:
+    """A heatmap's title wrapped to `chars` characters a line, then the CKA scale on lines of its own: one line
+    when it fits, else broken only after its comma (never inside the title's words or the scale's phrases)."""
+    scale = " ".join(CKA_SCALE)
+    return "\n".join([textwrap.fill(title, width=chars),
+                      scale if len(scale) <= chars else "\n".join(CKA_SCALE)])
+
+
 def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0, ylabel="layer", xlabel="layer", split=None,
             col_groups=None):
     """Layer × layer matrix `[len(rows), len(cols)]` with layer names on both axes, each axis named by `ylabel` /
     `xlabel` (e.g. "layer of <model>").
 
-    The title is a figure title wrapped to the figure's width (a long cross-model title is never cut off).
+    The title is a figure title wrapped to the figure's width (a long cross-model title is never cut off), the CKA
+    scale on its own line(s) below it (`heatmap_title`).
     `split`: a layer index drawn as a dashed line before it on both axes (a square matrix; e.g. R4's ablated block);
     `col_groups`: `{name: [column indices]}` named on the top axis and separated by dashed lines (e.g. R1's
     ResNet groups, `cka.resnet_unit_groups`).
     """
     width = max(5.0, 1.6 + 0.35 * len(cols))
-    wrapped = textwrap.fill(title + " (linear CKA: 1 = same up to rotation and scale, 0 = unrelated)",
-                            width=int(width * 10))
+    wrapped = heatmap_title(title, int(width * 10))
     height = 1.25 + 0.18 * len(wrapped.splitlines()) + 0.35 * len(rows) + (0.25 if col_groups else 0.0)
     fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
     im = ax.imshow(np.asarray(m), origin="lower", vmin=vmin, vmax=vmax, cmap="magma")
