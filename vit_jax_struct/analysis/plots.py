@@ -378,7 +378,7 @@ def redraw(workdir: str) -> list[str]:
             written.append(out)
     if "localization" in res:
         m = np.asarray(res["localization"]["matrix"], float)
-        side = int(round(math.sqrt(len(m))))
+        side = round(math.sqrt(len(m)))
         out = storage.join(workdir, "analysis", "localization.png")
         localization(m, (side, side), out, res.get("model", {}).get("classifier"),
                      res["localization"]["own_patch_fraction"])
