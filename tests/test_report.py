@@ -342,6 +342,33 @@ def test_runs_csv_names_the_device_and_dtype_a_run_trained_on(tmp_path):
     assert (rows["old0"]["device"], rows["old0"]["dtype"]) == ("not recorded", "not recorded")
 
 
+def test_listed_adds_another_settings_runs_to_runs_csv_without_judging_them(tmp_path, monkeypatch, capsys):
+    """`--listed=FOLDER`: FOLDER's runs.csv rows join OUT/runs.csv with `scoreboard` = FOLDER (the own runs name
+    OUT); they enter no verdict and the scoreboard counts them by folder; a folder without runs.csv: one line, rc 2,
+    nothing written."""
+    monkeypatch.chdir(tmp_path)
+    for name, acc, seed in (("a0", 0.5, 0), ("a1", 0.52, 1)):
+        _run("other", name, acc, seed=seed)
+    assert report.main(["--runs", "other", "--out", "setting", "--no-curves"]) == 0
+    _run("mine", "b0", 0.3)
+    assert report.main(["--runs", "mine", "--out", "index", "--no-curves", "--listed", "setting"]) == 0
+    with open(tmp_path / "index" / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(os.path.basename(r["run"]), r["scoreboard"]) for r in rows] == [
+        ("b0", "index"), ("a0", "setting"), ("a1", "setting")]
+    with open(tmp_path / "setting" / "runs.csv") as f:  # the setting's own runs.csv names its own scoreboard
+        assert {r["scoreboard"] for r in csv.DictReader(f)} == {"setting"}
+    with open(tmp_path / "index" / "verdicts.json") as f:
+        assert all("other/" not in run for v in json.load(f) for run in v.get("runs") or ())
+    with open(tmp_path / "index" / "scoreboard.md") as f:
+        text = f.read()
+    assert "2 in setting/scoreboard.md" in text and "| a0 |" not in text
+    capsys.readouterr()
+    assert report.main(["--runs", "mine", "--out", "index2", "--no-curves", "--listed", "nowhere"]) == 2
+    assert "--listed=nowhere: no runs.csv there" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "index2")
+
+
 def test_step_ticks_of_a_long_run_are_few_and_short():
     """16,000 steps once drew "10000120001400016000" under the panel: at most 7 ticks, labels of ≤ 4 characters."""
     import matplotlib

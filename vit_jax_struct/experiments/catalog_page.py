@@ -29,6 +29,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VERDICTS = os.path.join(REPO, "docs", "results", "verdicts.json")
 EARLIER, TRAINED = "earlier", "trained"  # the two settings' tags (`v["setting"]`)
 SETTING_NAMES = {EARLIER: "earlier setting (1,000–2,000 steps)", TRAINED: "trained-model setting (16,000 steps)"}
+# The theory rows (J5–J10) have no step budget: their verdicts come from the one-layer model of the theory itself.
+THEORY_NAME = "the theory's one-layer model (5 seeds)"
+
+
+def is_theory(vs: list[dict]) -> bool:
+    """Whether verdicts are the theory study's (no CIFAR data set in any comparison's label)."""
+    return bool(vs) and not any(re.search(r"\bcifar\d+\b", v.get("comparison", "")) for v in vs)
+
+
+def setting_name(setting: str, vs: list[dict]) -> str:
+    """How the page names a setting for a row's verdicts `vs` of that setting: `SETTING_NAMES`, or `THEORY_NAME` for
+    the theory rows' verdicts (they have no step budget)."""
+    return THEORY_NAME if setting == EARLIER and is_theory(vs) else SETTING_NAMES[setting]
 
 
 def trained_settings() -> list[str]:
@@ -74,11 +87,18 @@ def row_status(row_id: str, verdicts: list[dict]) -> tuple[str, str, str]:
     in progress, how far they are)."""
     vs = [v for v in verdicts if v["row"] == row_id]
     where = status_setting(vs)
-    status, count = report.row_status(row_id, [v for v in vs if v["setting"] == where])
+    mine = [v for v in vs if v["setting"] == where]
+    status, count = report.row_status(row_id, mine)
     if vs:
-        count = "; ".join(x for x in (count, SETTING_NAMES[where]) if x)
-        if where == EARLIER and any(v["setting"] == TRAINED for v in vs):
+        count = "; ".join(x for x in (count, setting_name(where, mine)) if x)
+        trained = [v for v in vs if v["setting"] == TRAINED]
+        if where == EARLIER and trained:
             count += f"; trained-model setting {_progress(vs)}"
+        elif where == TRAINED and not all(judged(v) for v in trained):  # no earlier setting to wait in (D1)
+            count += f"; {_progress(vs)}"
+        earlier = [v for v in vs if v["setting"] == EARLIER]
+        if where == TRAINED and earlier:  # what the earlier setting said, where the status now comes from this one
+            count += f"; earlier setting: {report.row_status(row_id, earlier)[0]}"
     return status, count, where
 
 
@@ -143,9 +163,14 @@ def baseline_top1(dataset: str, model: str,
     if not os.path.exists(runs_csv):
         return "not run"
     vit = model.startswith("ViT")  # a CNN's baseline arm: unpermuted, all the data (no attention or classifier)
+    here = os.path.dirname(os.path.abspath(runs_csv))
+
+    def own(r: dict) -> bool:  # judged in this runs.csv's own scoreboard, not another setting's listed beside it
+        return not r.get("scoreboard") or os.path.abspath(os.path.join(REPO, r["scoreboard"])) == here
+
     with open(runs_csv, newline="") as f:
         acc = [float(r["eval/accuracy"]) for r in csv.DictReader(f)
-               if r["dataset"] == dataset and r["model"] == model
+               if own(r) and r["dataset"] == dataset and r["model"] == model
                and (not vit or (r["attention"] == "standard" and r["classifier"] == "token"))
                and r["skip_ablation"] == "-" and r["permutation"] == "none"
                and r.get("registers", "0") in ("0", "-", "")
@@ -166,7 +191,7 @@ def margin_power(verdicts: list[dict]) -> str:
         sd = math.sqrt((e.sd_treatment ** 2 + e.sd_baseline ** 2) / 2)
         n = min(e.n_treatment, e.n_baseline)
         need = stats.seeds_for_margin(sd, j.margin)
-        parts.append(f"{v['key']} ({v.get('models', '?')}, {v['comparison'].rsplit(', ', 2)[-2]}): seed s.d. {sd:.2f} points, half-width "
+        parts.append(f"{v['key']} ({v.get('models', '?')}, {', '.join(v['comparison'].rsplit(', ', 2)[-2:])}): seed s.d. {sd:.2f} points, half-width "
                      f"{stats.half_width(sd, n):.2f} at n = {n} per arm, ±{j.margin:g} reachable from n = "
                      f"{need if need else '> 50'}")
     if not parts:
@@ -184,13 +209,23 @@ def _compact(v: dict) -> str:
     j, e = catalog.JUDGEMENTS[v["key"]], v["effect"]
     m = re.search(r"(cifar\d+)(?:, [^,()]+)?, (\d+) steps", v.get("comparison", ""))
     where = f", {m.group(1)} {m.group(2)} steps" if m else ""
-    if e is None:
-        return f"{v['key']}: no interval{where}"
+    label = v["key"] + (" (post hoc)" if j.history else "")
+    if e is None or not judged(v):
+        t, b = len(v.get("treatment") or ()), len(v.get("baseline") or ())
+        n = (f"{e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")) if e is not None else \
+            (f"{t}/{b}" if b else f"{t}")
+        digits = 1 if j.unit == "points" else 3
+        tv, bv = v.get("treatment") or (), v.get("baseline") or ()
+        value = (f": Δ {e.delta:+.{digits}f} {j.unit}" if e is not None else
+                 f": {sum(tv) / len(tv):.{digits}f} vs {sum(bv) / len(bv):.{digits}f} {j.unit} (treatment vs "
+                 "baseline)" if tv and bv else f": {sum(tv) / len(tv):.{digits}f} {j.unit}" if tv else "")
+        return f"{label}, not judged (n {n}; {j.min_seeds} needed){value}{where}"
+    label += f", {report.shown_status(v['key'], v['status'])}"
     digits = 1 if j.unit == "points" else 3
     n = f"{e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
     if e.method.endswith(stats.NO_SPREAD):
-        return f"{v['key']}: Δ {e.delta:+.{digits}f} {j.unit}, no spread (n {n}){where}"
-    return (f"{v['key']}: Δ {e.delta:+.{digits}f} {j.unit} [{e.low:+.{digits}f}, {e.high:+.{digits}f}] "
+        return f"{label}: Δ {e.delta:+.{digits}f} {j.unit}, no spread (n {n}){where}"
+    return (f"{label}: Δ {e.delta:+.{digits}f} {j.unit} [{e.low:+.{digits}f}, {e.high:+.{digits}f}] "
             f"({e.method.split(' (')[0]}" + (f", df {e.df:.1f}" if e.df else "") + f"; n {n}){where}")
 
 
@@ -210,16 +245,24 @@ def found_table(by_row: dict[str, list[dict]]) -> list[str]:
         vs = [v for v in by_row.get(row.id, []) if v["setting"] == where]
         own = [v for v in vs if v["key"] in catalog.HEADLINE.get(row.id, ())]
         deltas = "<br>".join(_compact(v) for v in own) or "—"
+        # While the row waits for the trained-model setting, what that setting has so far (not counted yet).
+        waiting = [v for v in by_row.get(row.id, []) if where == EARLIER and v["setting"] == TRAINED
+                   and v["key"] in catalog.HEADLINE.get(row.id, ())]
+        if waiting:
+            deltas += ("<br>*trained-model setting so far, not counted until each comparison has its seeds:*<br>"
+                       + "<br>".join(_compact(v) for v in waiting))
         top1 = []
-        for v in own:
+        for v in own + waiting:
             m = re.search(r"\((cifar\d+), ([^,()]+), \d+ steps\)\s*$", v.get("comparison", ""))  # analyses
             dataset, model = (m.group(1), m.group(2)) if m else (None, v.get("models"))
             if not m:
                 d = re.search(r"\b(cifar\d+)\b", v.get("comparison", ""))
                 dataset = d and d.group(1)
+            steps = re.search(r"(\d+) steps\)?\s*$", v.get("comparison", ""))
             if dataset and model:
-                top1.append(f"{model}, {dataset}: {baseline_top1(dataset, model, v['runs_csv'])}")
-        theory = bool(own) and not any(re.search(r"\bcifar\d+\b", v.get("comparison", "")) for v in own)
+                top1.append(f"{model}, {dataset}" + (f", {steps.group(1)} steps" if steps else "")
+                            + f": {baseline_top1(dataset, model, v['runs_csv'])}")
+        theory = is_theory(own)
         top1_text = "<br>".join(dict.fromkeys(top1)) or ("— (the one-layer model of the theory)" if theory else "—")
         # Why: the first comparison that made the status (contradicts: one that contradicts; inconclusive: one
         # that did not reproduce; reproduced: the first).
@@ -298,10 +341,12 @@ def render(verdicts_path: str = VERDICTS, settings: list[str] | None = None) -> 
              "reproduced. Each verdict names its metric, Δ with the interval's "
              "method and degrees of freedom, and n per arm; the directions, margins and seed counts are fixed in "
              "`vit_jax_struct/experiments/catalog.py` before the runs, except the rules marked *post hoc* (added or changed after "
-             "results existed; each says what and why); the numbers come from "
-             "[results/scoreboard.md](results/scoreboard.md) (every run listed in "
-             "[results/runs.csv](results/runs.csv), commands in [results/commands.txt](results/commands.txt)); "
-             "the theory rows' from [results/theory/README.md](results/theory/README.md).", "",
+             "results existed; each says what and why); the earlier setting's numbers come from "
+             "[results/scoreboard.md](results/scoreboard.md), the trained-model setting's from the scoreboards "
+             "named under **Scale**, the theory rows' from [results/theory/README.md](results/theory/README.md); "
+             "[results/runs.csv](results/runs.csv) lists every run of both settings (its `scoreboard` column "
+             "names the scoreboard that judges it; each setting's folder has its own runs.csv too), commands in "
+             "[results/commands.txt](results/commands.txt).", "",
              *([power, ""] if power else []),
              f"{catalog.HEADLINE_RULE}.", "",
              "| id | experiment | paper says | row status | metric (judged on) | ours (status: comparison, Δ [95 % CI] "
@@ -343,7 +388,8 @@ def render(verdicts_path: str = VERDICTS, settings: list[str] | None = None) -> 
             counts = "the row's status" if setting == where else "shown, not counted in the row's status"
             if setting == TRAINED and where == EARLIER:
                 counts += f" ({_progress(vs)})"
-            lines += ["", f"*{SETTING_NAMES[setting][0].upper()}{SETTING_NAMES[setting][1:]}* ({counts}):", "",
+            name = setting_name(setting, part)
+            lines += ["", f"*{name[0].upper()}{name[1:]}* ({counts}):", "",
                       "| comparison | metric; Δ = treatment − baseline | baseline | treatment | Δ [95 % CI] | status |",
                       "|---|---|---|---|---|---|"]
             for v in part:

@@ -17,7 +17,10 @@ its archive of small files under `docs/results/runs/`), takes its last `eval/acc
 - adds the verdicts of result files (`--verdicts`, JSON lists written by the theory study and the run analyses:
   per-seed values, judged the same way);
 - writes `OUT/scoreboard.md`, `OUT/runs.csv`, `OUT/verdicts.json` (every verdict, read by the catalog page) and PNG
-  training curves in `OUT/curves/` (per run and overlaid per comparison).
+  training curves in `OUT/curves/` (per run and overlaid per comparison);
+- with `--listed=FOLDER` (another setting's results folder), adds that folder's runs.csv rows to `OUT/runs.csv`,
+  their `scoreboard` column naming FOLDER, so one runs.csv lists the runs of every setting; they are judged only in
+  FOLDER's scoreboard.
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ from vit_jax_struct.experiments import catalog, stats
 from vit_jax_struct.train import metrics
 
 COLUMNS = ("run", "dataset", "model", "attention", "classifier", "skip_ablation", "registers", "permutation",
-           "train_fraction", "seed", "steps", "eval/accuracy", "smoke", "duplicate_of", "device", "dtype", "code")
+           "train_fraction", "seed", "steps", "eval/accuracy", "smoke", "duplicate_of", "device", "dtype", "code",
+           "scoreboard")
+# `scoreboard`: the results folder whose scoreboard judges the run (OUT for the runs read; another setting's folder
+# for the rows `--listed` adds from its runs.csv).
 
 
 def _model_name(m: dict) -> str:
@@ -388,16 +394,37 @@ def verdicts_json(rows: list[dict]) -> list[dict]:
              "effect": None if r["effect"] is None else r["effect"].to_json()} for r in rows]
 
 
-def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) -> tuple[str, str]:
+def listed_rows(folders) -> list[dict]:
+    """The runs.csv rows of other settings' results folders (each written by `report --out=FOLDER`), each with its
+    `scoreboard` column set to the folder when it has none: listed beside a scoreboard's own runs, never judged there.
+
+    Raises:
+      ValueError: a folder without runs.csv.
+    """
+    rows = []
+    for folder in folders:
+        path = storage.join(folder, "runs.csv")
+        if not storage.exists(path):
+            raise ValueError(f"--listed={folder}: no runs.csv there (a folder written by report --out=…)")
+        for r in csv.DictReader(io.StringIO(storage.read_text(path), newline="")):
+            rows.append({**r, "scoreboard": r.get("scoreboard") or _display_path(str(folder))})
+    return rows
+
+
+def write(runs, rows, out: str, commands: str = "", curves: dict | None = None,
+          listed: list[dict] | None = None) -> tuple[str, str]:
     """Writes `out/scoreboard.md`, `out/runs.csv` and `out/verdicts.json` (with links to `curves`, from
-    `write_curves`); returns the paths of the first two."""
+    `write_curves`); `listed` (`listed_rows`): other settings' runs, added to runs.csv after the own ones and
+    named in the scoreboard, not judged. Returns the paths of the first two."""
     storage.makedirs(out)
+    listed = listed or []
     csv_path, md_path = storage.join(out, "runs.csv"), storage.join(out, "scoreboard.md")
     buf = io.StringIO(newline="")
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
     w.writeheader()
-    w.writerows([{**r, "run": _display_path(r["run"]),
+    w.writerows([{**r, "run": _display_path(r["run"]), "scoreboard": _display_path(out),
                   "duplicate_of": _display_path(r["duplicate_of"]) if r.get("duplicate_of") else ""} for r in runs])
+    w.writerows(listed)
     storage.write_text(csv_path, buf.getvalue())
     storage.write_text(storage.join(out, "verdicts.json"), json.dumps(verdicts_json(rows), indent=1))
     smoke = [r for r in runs if r.get("smoke")]
@@ -460,7 +487,8 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
         lines += ["", "J3 as the paper's Fig. 5 draws it, accuracy lost vs the side of the permuted blocks, ours beside "
                   "the paper's:", ""]
         lines += [f"- [{storage.basename(p)}](curves/{storage.basename(p)})" for p in curves["block_size"]]
-    lines += ["", "## Runs", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    shown = [k for k in COLUMNS if k != "scoreboard"]  # every run of this table is judged here
+    lines += ["", "## Runs", "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     repeated = {n for n, c in collections.Counter(storage.basename(r["run"]) for r in runs).items() if c > 1}
 
     def name(path: str) -> str:  # a run's name, with its sweep folder where another folder holds a run of that name
@@ -470,8 +498,12 @@ def write(runs, rows, out: str, commands: str = "", curves: dict | None = None) 
     for r in runs:
         vals = [name(r["run"]) if k == "run" else
                 (f"{r[k]:.4f}" if k == "eval/accuracy" else
-                 (name(str(r[k])) if r[k] else "") if k == "duplicate_of" else str(r[k])) for k in COLUMNS]
+                 (name(str(r[k])) if r[k] else "") if k == "duplicate_of" else str(r[k])) for k in shown]
         lines.append("| " + " | ".join(vals) + " |")
+    if listed:
+        where = collections.Counter(r["scoreboard"] for r in listed)
+        lines += ["", "runs.csv also lists the runs of other settings, judged in their own scoreboards, not here: "
+                  + ", ".join(f"{n} in {folder}/scoreboard.md" for folder, n in where.items()) + "."]
     storage.write_text(md_path, "\n".join(lines) + "\n")
     return md_path, csv_path
 
@@ -547,6 +579,10 @@ def main(argv=None) -> int:
     ap.add_argument("--archive", default="",
                     help="first copy the runs' small files (no checkpoints) to ARCHIVE/<sweep folder name>/<run>, "
                     "then read the runs from there")
+    ap.add_argument("--listed", action="append", default=[],
+                    help="another setting's results folder (written by report --out=FOLDER; repeatable): its runs.csv "
+                    "rows are added to OUT/runs.csv with their `scoreboard` column, so one runs.csv lists every "
+                    "run; they are not judged here")
     ap.add_argument("--curves", action=argparse.BooleanOptionalAction, default=True,
                     help="write PNG training curves to OUT/curves/ (per run and per comparison)")
     args = ap.parse_args(argv)
@@ -556,6 +592,11 @@ def main(argv=None) -> int:
         if not storage.exists(path):
             print(f"error: --verdicts {path} does not exist", file=sys.stderr)
             return 2
+    try:
+        listed = listed_rows(args.listed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     roots = args.runs
     if args.archive:
         roots = archive(roots, args.archive)
@@ -580,7 +621,7 @@ def main(argv=None) -> int:
                 r["runs"] = [archived_path(run, moved) for run in r["runs"]]
         rows += file_rows
     curves = write_curves(runs, [r for r in rows if r["source"] == "runs.csv"], args.out) if args.curves else None
-    md, csv_path = write(runs, rows, args.out, cmds, curves)
+    md, csv_path = write(runs, rows, args.out, cmds, curves, listed)
     print(f"{len(runs)} runs, {len(rows)} verdicts -> {md}, {csv_path}")
     return 0
 
