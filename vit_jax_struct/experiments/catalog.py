@@ -195,9 +195,9 @@ ROWS = (
                "1000_steps.png",
                "docs/results/curves/J3_permuted_vs_original_patches_CNN_VGG-19_width_16_8px_cifar100_1000_steps.png",
                "docs/results/curves/J3_block_size_cifar100_1000_steps.png"),
-        pending=CNN_REGIME + "; in the earlier setting none for the 8-px and 4-px blocks (ResNet-18 and VGG-19, 3 seeds each, "
-                "1000 steps: ≈ 8 min a run alone on 2 CPU cores); the rest of the paper's curve over block sizes (2 and 16 px), "
-                "and its budget (models trained to convergence, near 80 / 76 % unpermuted), on an accelerator"),
+        pending=CNN_REGIME + "; in the earlier setting none for the 8-px and 4-px blocks (ResNet-18 and "
+                "VGG-19, 3 seeds each, 1000 steps: ≈ 8 min a run alone on 2 CPU cores); the rest of the paper's "
+                "curve over block sizes (2 and 16 px), and its budget (models trained to convergence, near 80 / 76 % unpermuted), on an accelerator"),
     Row("J4", JELASSI, "§6", "posemb similarities after the inverse permutation",
         "the positional-encoding similarity maps of a ViT trained on permuted patches look unstructured, and "
         "become spatially local once re-indexed by the inverse permutation", "qualitative (similarity maps)",
@@ -276,9 +276,9 @@ ROWS = (
         plots=("docs/results/runs/cifar100/vit_original,seed=0/analysis/cross_cka/"
                "cnn_resnet18w16_original,seed=0.png",),
         results=("docs/published_models.md",),
-        pending=CNN_REGIME + "; in the earlier setting none (J3's unpermuted ResNet-18 arm, trained to the ViT's 1,000-step budget on "
-                "the same data, 3 seeds, paired ViT seed s with ResNet seed s by the verdicts command, `analysis/run.py` "
-                "`cross_cka`). The paper's setting: the published ViT and BiT checkpoints (full-scale command), or "
+        pending=CNN_REGIME + "; in the earlier setting none (J3's unpermuted ResNet-18 arm, trained to the "
+                "ViT's 1,000-step budget on the same data, 3 seeds, paired ViT seed s with ResNet seed s by the "
+                "verdicts command, `analysis/run.py` `cross_cka`). The paper's setting: the published ViT and BiT checkpoints (full-scale command), or "
                 "models trained to convergence"),
     Row("R2", RAGHU, "§4, Figure 6", "too little data: early attention stays global",
         "pretrained on ImageNet only, ViT-L/16 and H/14 have no local heads in the lower layers, where the same "
