@@ -83,8 +83,9 @@ def all_verdicts(verdicts_path: str = VERDICTS, settings: list[str] | None = Non
 
 def row_status(row_id: str, verdicts: list[dict]) -> tuple[str, str, str]:
     """`(status, count text, setting)` of a row from both settings' verdicts: `report.row_status` of the verdicts of
-    the setting `status_setting` picks; the count text names that setting (and, while the trained-model runs are
-    in progress, how far they are)."""
+    the setting `status_setting` picks; the count text names that setting (`setting_name`: the theory rows' is
+    their one-layer model), how far the trained-model runs are while any of them is below its seeds, and the
+    earlier setting's status where the row's now comes from the trained-model one."""
     vs = [v for v in verdicts if v["row"] == row_id]
     where = status_setting(vs)
     mine = [v for v in vs if v["setting"] == where]
@@ -231,8 +232,10 @@ def _compact(v: dict) -> str:
 
 def found_table(by_row: dict[str, list[dict]]) -> list[str]:
     """The two-minute table on top of the page: per row its claim, status, the Δ [95 % CI] of each comparison its
-    status counts, the top-1 of the baseline arm(s) those comparisons ran against, and one line of why (the reason
-    of the first counted comparison that did not reproduce, else of the first)."""
+    status counts (each with its own status, "post hoc" where its rule was set after results existed), then, while
+    the row waits for the trained-model setting, that setting's comparisons so far (not counted; "not judged" below
+    their seeds), the top-1 of the baseline arm(s) of all of them (with their step budget), and one line of why (the
+    reason of the first counted comparison that did not reproduce, else of the first)."""
     lines = ["## What we found", "",
              "Every row in one line: its status, the Δ and 95 % interval of each comparison the status counts (with "
              "the setting it ran in), the top-1 of the baseline arm those comparisons ran against (how trained the "
