@@ -175,6 +175,11 @@ def test_a_row_takes_the_trained_settings_status_only_once_it_is_judged_on_every
     assert catalog_page.row_status("J1", earlier + full)[2] == T
     d1 = [_verdict("D1acc", "cifar100", 2, T)]
     assert catalog_page.row_status("D1", d1)[::2] == ("inconclusive", T)  # n = 2 < 3: not judged, but its setting
+    assert "in progress (n = 2 of 3 per arm" in catalog_page.row_status("D1", d1)[1]  # and it says so
+    # a row now judged in the trained-model setting still says what the earlier one found
+    assert catalog_page.row_status("J1", earlier + full)[1].endswith("; earlier setting: contradicts")
+    assert "not judged (n 2/2; 3 needed): Δ +2.0 points, cifar10" in catalog_page._compact(two_seeds[1])
+    assert catalog_page._compact(full[0]).startswith("J1 (post hoc), inconclusive: Δ +0.1 points [-0.9, +1.1]")  # crosses ±1
     assert catalog_page.status_setting([]) == E and catalog_page.row_status("D1", [])[0] == "not run"
     # The progress names what the trained setting has not run yet, not only the seeds of what it has:
     # CIFAR-10's J1 (no trained run) is listed; with both data sets run, nothing is.
