@@ -211,19 +211,18 @@ def _compact(v: dict) -> str:
     m = re.search(r"(cifar\d+)(?:, [^,()]+)?, (\d+) steps", v.get("comparison", ""))
     where = f", {m.group(1)} {m.group(2)} steps" if m else ""
     label = v["key"] + (" (post hoc)" if j.history else "")
+    digits = 1 if j.unit == "points" else 3
+    tv, bv = v.get("treatment") or (), v.get("baseline") or ()
+    n = (f"{e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "") if e is not None
+         else f"{len(tv)}/{len(bv)}" if bv else f"{len(tv)}")
     if e is None or not judged(v):
-        t, b = len(v.get("treatment") or ()), len(v.get("baseline") or ())
-        n = (f"{e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")) if e is not None else \
-            (f"{t}/{b}" if b else f"{t}")
-        digits = 1 if j.unit == "points" else 3
-        tv, bv = v.get("treatment") or (), v.get("baseline") or ()
+        def mean(xs):
+            return f"{sum(xs) / len(xs):.{digits}f}"
         value = (f": Δ {e.delta:+.{digits}f} {j.unit}" if e is not None else
-                 f": {sum(tv) / len(tv):.{digits}f} vs {sum(bv) / len(bv):.{digits}f} {j.unit} (treatment vs "
-                 "baseline)" if tv and bv else f": {sum(tv) / len(tv):.{digits}f} {j.unit}" if tv else "")
+                 f": {mean(tv)} vs {mean(bv)} {j.unit} (treatment vs baseline)" if tv and bv else
+                 f": {mean(tv)} {j.unit}" if tv else "")
         return f"{label}, not judged (n {n}; {j.min_seeds} needed){value}{where}"
     label += f", {report.shown_status(v['key'], v['status'])}"
-    digits = 1 if j.unit == "points" else 3
-    n = f"{e.n_treatment}" + (f"/{e.n_baseline}" if e.n_baseline else "")
     if e.method.endswith(stats.NO_SPREAD):
         return f"{label}: Δ {e.delta:+.{digits}f} {j.unit}, no spread (n {n}){where}"
     return (f"{label}: Δ {e.delta:+.{digits}f} {j.unit} [{e.low:+.{digits}f}, {e.high:+.{digits}f}] "
