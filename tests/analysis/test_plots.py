@@ -84,3 +84,24 @@ def test_heatmap_title_keeps_the_cka_scale_whole_on_lines_of_its_own():
     lines = long.splitlines()
     assert lines[-2:] == list(plots.CKA_SCALE) and all(len(line) <= 50 for line in lines[:-2])
     assert " ".join(lines[:-2]).endswith("(dashed: the split before it)")
+
+
+def test_a_one_cell_cka_map_writes_its_value_and_keeps_a_readable_height(tmp_path, monkeypatch):
+    """R7/R8 pairs from stored Grams give a 1 x 1 map: its value is written in the cell and the figure is as tall as
+    a 5-row map's, so the axis label does not run into the title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figs = {}
+    monkeypatch.setattr(plots.storage, "savefig", lambda fig, path, **kw: figs.update({path: fig}))
+    monkeypatch.setattr(plt, "close", lambda fig: None)
+    plots.heatmap([[0.6234]], ["block05"], ["block05"], "CKA: a vs b", "one", ylabel="layer of vit_gap,seed=2")
+    plots.heatmap(np.eye(5), [f"b{i}" for i in range(5)], [f"b{i}" for i in range(5)], "CKA: a vs b", "five")
+    one, five = figs["one"], figs["five"]
+    assert one.get_size_inches()[1] == five.get_size_inches()[1]
+    assert [t.get_text() for t in one.axes[0].texts] == ["0.623"] and not five.axes[0].texts
+    monkeypatch.undo()
+    plt.close(one)
+    plt.close(five)

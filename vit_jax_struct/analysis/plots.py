@@ -49,9 +49,15 @@ def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0, ylabel="layer", xlab
     """
     width = max(5.0, 1.6 + 0.35 * len(cols))
     wrapped = heatmap_title(title, int(width * 10))
-    height = 1.25 + 0.18 * len(wrapped.splitlines()) + 0.35 * len(rows) + (0.25 if col_groups else 0.0)
+    rows_height = 0.35 * max(len(rows), 5)  # a 1 x 1 map (R7/R8 from stored Grams) keeps room for its axis label
+    height = 1.25 + 0.18 * len(wrapped.splitlines()) + rows_height + (0.25 if col_groups else 0.0)
     fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    im = ax.imshow(np.asarray(m), origin="lower", vmin=vmin, vmax=vmax, cmap="magma")
+    m = np.asarray(m)
+    im = ax.imshow(m, origin="lower", vmin=vmin, vmax=vmax, cmap="magma")
+    if m.size <= 4:  # too few cells to read off the colour bar: the values written in them
+        for (i, j), value in np.ndenumerate(m):
+            ax.text(j, i, f"{value:.3f}", ha="center", va="center", fontsize=9,
+                    color="black" if value > (vmin + vmax) / 2 else "white")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
     if split is not None:
@@ -65,7 +71,7 @@ def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0, ylabel="layer", xlab
         top.set_xticks([float(np.mean(idx)) for _, idx in groups], [name for name, _ in groups], fontsize=7)
         top.tick_params(length=0)
     ax.set_xlabel(textwrap.fill(xlabel, int(width * 9)), fontsize=8)
-    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_ylabel(textwrap.fill(ylabel, int(rows_height * 14)), fontsize=8)
     fig.suptitle(wrapped, fontsize=9)
     fig.colorbar(im, ax=ax, label="linear CKA", shrink=0.9)
     storage.savefig(fig, path, dpi=110)
