@@ -223,11 +223,23 @@ def slot_envs(jobs: int, gpus: int, memory: float = 0.9) -> list[dict]:
              "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{memory / per_gpu[j % gpus]:.3f}"} for j in range(jobs)]
 
 
-def throughput_line(workdirs: list[str], started: float, ended: float, jobs: int) -> str | None:
+def checkpoint_step(workdir: str) -> int:
+    """The newest step saved under `workdir/checkpoints/` (Orbax's step-numbered folders; its unfinished
+    `<step>.orbax-checkpoint-tmp-…` folders are not counted), 0 when there is none: the step a run started in
+    `workdir` resumes from."""
+    try:
+        return max((int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit()), default=0)
+    except OSError:
+        return 0
+
+
+def throughput_line(workdirs: list[str], started: float, ended: float, jobs: int,
+                    resumed_from: dict[str, int] | None = None) -> str | None:
     """`[sweep] aggregate: …` — the images trained by the runs of `workdirs` that finished in this invocation (their
-    `final_metrics.json` written after `started`: step × batch), divided by the sweep's wall time, with each run's
-    own `train/images_per_sec`; None when no run finished here. Compares `--jobs` settings on one machine."""
-    images, rates = 0, []
+    `final_metrics.json` written after `started`: (step − `resumed_from[workdir]`) × batch, so a run resumed from a
+    checkpoint counts only the steps it trained here), divided by the sweep's wall time, with each run's own
+    `train/images_per_sec`; None when no run finished here. Compares `--jobs` settings on one machine."""
+    images, rates, resumed = 0, [], 0
     for wd in workdirs:
         try:
             if storage.is_url(wd) or os.path.getmtime(os.path.join(wd, "final_metrics.json")) < started:
@@ -238,12 +250,16 @@ def throughput_line(workdirs: list[str], started: float, ended: float, jobs: int
                 batch = json.load(f)["batch_size"]
         except (OSError, ValueError, KeyError):
             continue
-        images += final["step"] * batch  # a resumed run counts its earlier steps too: approximate then
+        first = (resumed_from or {}).get(wd, 0)
+        resumed += first > 0
+        images += max(final["step"] - first, 0) * batch
         rates.append(final.get("train/images_per_sec") or 0.0)
     if not rates:
         return None
     wall = max(ended - started, 1e-9)
-    return (f"[sweep] aggregate: {len(rates)} run(s) finished here, {images:,} training images in {wall:,.0f} s = "
+    note = f", {resumed} of them resumed: their steps before this invocation not counted" if resumed else ""
+    return (f"[sweep] aggregate: {len(rates)} run(s) finished here{note}, {images:,} training images in "
+            f"{wall:,.0f} s = "
             f"{images / wall:,.0f} img/s with --jobs={jobs} (each run's own train rate: "
             f"{min(rates):,.0f}–{max(rates):,.0f} img/s)")
 
@@ -347,11 +363,12 @@ def main(argv=None):
                 stop.set()
         return rc
 
+    resumed_from = {wd: checkpoint_step(wd) for _, wd, _ in cmds if not storage.is_url(wd)}
     started = time.time()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         rcs = list(pool.map(run_in_slot, cmds))
     line = throughput_line([c[1] for c, rc in zip(cmds, rcs, strict=True) if rc is not None], started,
-                           time.time(), args.jobs)
+                           time.time(), args.jobs, resumed_from)
     if line:
         print(line, flush=True)
     failed = [name for (name, _, _), rc in zip(cmds, rcs, strict=True) if rc]

@@ -122,6 +122,15 @@ def test_the_aggregate_line_counts_the_images_of_the_runs_finished_in_this_invoc
     assert line == ("[sweep] aggregate: 2 run(s) finished here, 16,000 training images in 20 s = 800 img/s with "
                     "--jobs=2 (each run's own train rate: 250–400 img/s)")
     assert sweep.throughput_line([str(old)], started, started + 20.0, jobs=1) is None
+    # a run resumed from its step-40 checkpoint counts only the 60 steps it trained in this invocation
+    (tmp_path / "a" / "checkpoints" / "40").mkdir(parents=True)
+    (tmp_path / "a" / "checkpoints" / "80.orbax-checkpoint-tmp-1").mkdir()  # unfinished: not a resume point
+    assert sweep.checkpoint_step(runs[0]) == 40 and sweep.checkpoint_step(runs[1]) == 0
+    resumed = {wd: sweep.checkpoint_step(wd) for wd in runs}
+    # (100 - 40)·128 + 50·64 = 10,880 images in 20 s
+    assert sweep.throughput_line(runs, started, started + 20.0, jobs=2, resumed_from=resumed) == (
+        "[sweep] aggregate: 2 run(s) finished here, 1 of them resumed: their steps before this invocation not "
+        "counted, 10,880 training images in 20 s = 544 img/s with --jobs=2 (each run's own train rate: 250–400 img/s)")
 
 
 def test_two_sweeps_share_one_gpu_by_their_memory_fraction():
