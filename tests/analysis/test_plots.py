@@ -105,3 +105,28 @@ def test_a_one_cell_cka_map_writes_its_value_and_keeps_a_readable_height(tmp_pat
     monkeypatch.undo()
     plt.close(one)
     plt.close(five)
+
+
+def test_redraw_draws_the_attention_distances_against_uniform_attention_and_the_local_threshold(tmp_path, monkeypatch):
+    run = _run_with_analysis(tmp_path, np.eye(4))  # a 2×2 patch grid
+    with open(os.path.join(run, "analysis", "analysis.json")) as f:
+        res = json.load(f)
+    res["model"]["variant"] = "Ti/10"  # patch 10 px, named by the variant only
+    res["attention_distance_pixels"] = {"block00": [3.0, 9.0], "block01": [8.0, 8.5]}
+    with open(os.path.join(run, "analysis", "analysis.json"), "w") as f:
+        json.dump(res, f)
+    drawn = []
+    monkeypatch.setattr(plots, "attention_distance", lambda d, path, uniform=None, local=None:
+                        drawn.append((d, uniform, local)))
+    assert os.path.join(run, "analysis", "attention_distance.png") in plots.redraw(run)
+    (d, uniform, local), = drawn
+    # 2×2 grid of 10-px patches: distances 0 (4 pairs), 10 (8), 10·√2 (4) over 16 ordered pairs
+    assert d == res["attention_distance_pixels"]
+    assert uniform == pytest.approx(10 * (8 + 4 * np.sqrt(2)) / 16)
+    assert local == pytest.approx(0.75 * uniform)
+    # without a patch size the distances cannot be placed against uniform attention: not redrawn
+    res["model"] = {"classifier": "token"}
+    with open(os.path.join(run, "analysis", "analysis.json"), "w") as f:
+        json.dump(res, f)
+    drawn.clear()
+    assert os.path.join(run, "analysis", "attention_distance.png") not in plots.redraw(run) and not drawn

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+LOCAL_FRACTION = 0.75  # a head is "local" when its mean distance is below 75 % of uniform attention's (ours, R2)
+
 
 def grid_distances(grid: tuple[int, int], patch_size: float = 1.0) -> np.ndarray:
     """Euclidean distances `[N, N]` between the centres of the patches of an `(h, w)` grid, row-major, in pixels."""
@@ -21,6 +23,26 @@ def grid_distances(grid: tuple[int, int], patch_size: float = 1.0) -> np.ndarray
     yy, xx = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
     pos = np.stack([yy.ravel(), xx.ravel()], -1).astype(np.float64)
     return np.sqrt(((pos[:, None] - pos[None]) ** 2).sum(-1)) * patch_size
+
+
+def record_grid_patch(res: dict) -> tuple[int, int]:
+    """(grid side, patch size in px) of the square-grid ViT an `analysis.json` record describes: the side from the
+    number of rows of its localization matrix (one per patch), the patch from `model.patch_size` or, when that is
+    unset, the run's `model.variant` ("Ti/4" → 4).
+
+    Raises:
+      ValueError: the record has no localization matrix or no patch size (a model without attention maps).
+    """
+    model = res.get("model") or {}
+    patch = model.get("patch_size")
+    if not patch and model.get("variant"):  # a run's config names its patch in the variant ("Ti/4") unless overridden
+        from vit_jax_struct.models import vit
+
+        patch = vit.decode_variant(model["variant"])["patch_size"]
+    if not patch or "localization" not in res:
+        raise ValueError("analysis.json lacks model.patch_size (or model.variant) or the localization matrix "
+                         "(whose side is the number of patches)")
+    return round(float(np.sqrt(len(res["localization"]["matrix"])))), int(np.ravel(patch)[0])
 
 
 def mean_attention_distance(weights, grid: tuple[int, int], patch_size: float, has_cls: bool, xp=np):

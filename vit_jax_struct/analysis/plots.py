@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from vit_jax_struct import storage
+from vit_jax_struct.analysis import attention
 from vit_jax_struct.analysis.cka import resnet_unit_groups
 from vit_jax_struct.analysis.localization import margin as localization_margin
 
@@ -78,11 +79,12 @@ def heatmap(m, rows, cols, title, path, vmin=0.0, vmax=1.0, ylabel="layer", xlab
     plt.close(fig)
 
 
-def attention_distance(d: dict, path, uniform: float | None = None):
+def attention_distance(d: dict, path, uniform: float | None = None, local: float | None = None):
     """Heads sorted per block (Raghu et al. Fig. 3): x = block, y = mean attention distance (pixels).
 
     `d`: `{block name: [heads] distances}`. The legend names each head by its rank in its block (nearest first);
-    `uniform`, if given, is drawn as the distance of uniform attention.
+    `uniform`, if given, is drawn as the distance of uniform attention, `local` as the threshold below which a head
+    counts as local (`attention.LOCAL_FRACTION` × `uniform` in the analyses).
     """
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
     n_heads = max((len(h) for h in d.values()), default=0)
@@ -98,6 +100,8 @@ def attention_distance(d: dict, path, uniform: float | None = None):
         ax.scatter(xs, ys, s=14, color=colors[j], label=f"head rank {j + 1}")
     if uniform is not None:
         ax.axhline(uniform, color="grey", ls=":", lw=1, label="uniform attention")
+    if local is not None:
+        ax.axhline(local, color="tab:red", ls="--", lw=0.8, label=f"local-head threshold ({local:.1f} px)")
     ax.set_xticks(range(len(d)), list(d), rotation=45, fontsize=7)
     ax.set_xlabel("encoder block (heads sorted by distance)")
     ax.set_ylabel("mean attention distance (pixels)")
@@ -354,7 +358,9 @@ def localization(m, grid, path, classifier, own_patch_fraction: float):
 
 def redraw(workdir: str) -> list[str]:
     """Redraws the figures of `workdir/analysis/` that `analysis.json` and `analysis/cross_cka/*.json` hold the
-    numbers of (the CKA heatmaps, the cross-model ones and the localization maps) without the checkpoint, e.g. for
+    numbers of (the CKA heatmaps, the cross-model ones, the localization maps, the norm outliers and, for a square
+    patch grid, the mean attention distances with uniform attention's and the local-head threshold) without the
+    checkpoint, e.g. for
     archived runs; returns the paths written. Raises FileNotFoundError naming the file if the run has no
     `analysis/analysis.json`."""
     path = storage.join(workdir, "analysis", "analysis.json")
@@ -389,6 +395,17 @@ def redraw(workdir: str) -> list[str]:
         localization(m, (side, side), out, res.get("model", {}).get("classifier"),
                      res["localization"]["own_patch_fraction"])
         written.append(out)
+    if res.get("attention_distance_pixels") and "localization" in res:
+        try:
+            grid, patch = attention.record_grid_patch(res)
+        except ValueError:  # no patch size recorded: the distances alone cannot be placed against uniform attention
+            grid = patch = None
+        if grid:
+            uniform = float(attention.grid_distances((grid, grid), patch).mean())
+            out = storage.join(workdir, "analysis", "attention_distance.png")
+            attention_distance(res["attention_distance_pixels"], out, uniform=uniform,
+                               local=attention.LOCAL_FRACTION * uniform)
+            written.append(out)
     if "norm_outliers" in res:
         out = storage.join(workdir, "analysis", "norm_outliers.png")
         norm_outliers(res["norm_outliers"], out)

@@ -395,8 +395,9 @@ def analyze(workdir: str, compare: str | None = None, config=None, num_examples:
     if is_vit:
         d = dist.result()
         results["attention_distance_pixels"] = {k: v.tolist() for k, v in d.items()}
-        plots.attention_distance(d, storage.join(out_dir, "attention_distance.png"),
-                                 uniform=float(attention.grid_distances(grid, patch).mean()))
+        uniform = float(attention.grid_distances(grid, patch).mean())
+        plots.attention_distance(d, storage.join(out_dir, "attention_distance.png"), uniform=uniform,
+                                 local=attention.LOCAL_FRACTION * uniform)
         m, frac = loc.result()
         results["localization"] = {"matrix": m.tolist(), "own_patch_fraction": frac}
         plots.localization(m, grid, storage.join(out_dir, "localization.png"), config.model.get("classifier"), frac)

@@ -33,9 +33,10 @@ import sys
 import numpy as np
 
 from vit_jax_struct import storage
+from vit_jax_struct.analysis import attention
 from vit_jax_struct.experiments import stats
 
-LOCAL_FRACTION = 0.75  # a head is "local" when its mean distance is < 75 % of uniform attention's distance
+LOCAL_FRACTION = attention.LOCAL_FRACTION  # local: mean distance < 75 % of uniform attention's distance
 
 
 def _config(workdir: str) -> dict | None:

@@ -55,7 +55,7 @@ import sys
 import numpy as np
 
 from vit_jax_struct import storage
-from vit_jax_struct.analysis import cka, localization, posemb
+from vit_jax_struct.analysis import attention, cka, localization, posemb
 from vit_jax_struct.data import permute
 from vit_jax_struct.experiments import report
 
@@ -84,7 +84,7 @@ def uniform_attention_distance(grid: int, patch: int) -> float:
     return float(d.mean() * patch)
 
 
-def early_heads(res: dict, local_fraction: float = 0.75) -> tuple[float, float]:
+def early_heads(res: dict, local_fraction: float = attention.LOCAL_FRACTION) -> tuple[float, float]:
     """(mean attention distance in px, fraction of local heads) over the heads of the first third of the blocks
     (at least one block) of an `analysis.json`: local = mean distance < `local_fraction` × uniform attention's.
 
@@ -94,18 +94,11 @@ def early_heads(res: dict, local_fraction: float = 0.75) -> tuple[float, float]:
     """
     dist = res.get("attention_distance_pixels") or {}
     blocks = sorted(k for k in dist if k.startswith("block"))
-    model = res.get("model") or {}
-    patch = model.get("patch_size")
-    if not patch and model.get("variant"):  # a run's config names its patch in the variant ("Ti/4") unless overridden
-        from vit_jax_struct.models import vit
-
-        patch = vit.decode_variant(model["variant"])["patch_size"]
-    if not blocks or not patch or "localization" not in res:
-        raise ValueError("analysis.json lacks attention_distance_pixels, model.patch_size or the localization matrix "
-                         "(whose side is the number of patches)")
-    grid = int(round(np.sqrt(len(res["localization"]["matrix"]))))
+    if not blocks:
+        raise ValueError("analysis.json lacks attention_distance_pixels (a model without attention maps)")
+    grid, patch = attention.record_grid_patch(res)
     heads = np.concatenate([np.ravel(dist[b]) for b in blocks[:max(1, len(blocks) // 3)]])
-    uniform = uniform_attention_distance(grid, int(np.ravel(patch)[0]))
+    uniform = uniform_attention_distance(grid, patch)
     return float(heads.mean()), float(np.mean(heads < local_fraction * uniform))
 
 
