@@ -360,9 +360,8 @@ def redraw(workdir: str) -> list[str]:
     """Redraws the figures of `workdir/analysis/` that `analysis.json` and `analysis/cross_cka/*.json` hold the
     numbers of (the CKA heatmaps, the cross-model ones, the localization maps, the norm outliers and, for a square
     patch grid, the mean attention distances with uniform attention's and the local-head threshold) without the
-    checkpoint, e.g. for
-    archived runs; returns the paths written. Raises FileNotFoundError naming the file if the run has no
-    `analysis/analysis.json`."""
+    checkpoint, e.g. for archived runs; returns the paths written. Raises FileNotFoundError naming the file if the
+    run has no `analysis/analysis.json`."""
     path = storage.join(workdir, "analysis", "analysis.json")
     if not storage.exists(path):
         raise FileNotFoundError(f"{path}: no analysis to redraw (run main.py --mode=analyze on the run first)")
@@ -395,12 +394,12 @@ def redraw(workdir: str) -> list[str]:
         localization(m, (side, side), out, res.get("model", {}).get("classifier"),
                      res["localization"]["own_patch_fraction"])
         written.append(out)
-    if res.get("attention_distance_pixels") and "localization" in res:
+    if res.get("attention_distance_pixels"):
         try:
             grid, patch = attention.record_grid_patch(res)
         except ValueError:  # no patch size recorded: the distances alone cannot be placed against uniform attention
-            grid = patch = None
-        if grid:
+            pass
+        else:
             uniform = float(attention.grid_distances((grid, grid), patch).mean())
             out = storage.join(workdir, "analysis", "attention_distance.png")
             attention_distance(res["attention_distance_pixels"], out, uniform=uniform,

@@ -79,9 +79,7 @@ def uniform_attention_distance(grid: int, patch: int) -> float:
     Euclidean distance between the centres of two patches drawn independently (a patch with itself included),
     times the patch size `patch` (px). 4×4 grid of 8-px patches: 16.1 px; 8×8 grid of 4-px patches: 16.6 px.
     (Dosovitskiy et al. 2021 Fig. 7's measure for a head with uniform weights.)"""
-    ys, xs = np.divmod(np.arange(grid * grid), grid)
-    d = np.hypot(ys[:, None] - ys[None, :], xs[:, None] - xs[None, :])
-    return float(d.mean() * patch)
+    return float(attention.grid_distances((grid, grid), patch).mean())
 
 
 def early_heads(res: dict, local_fraction: float = attention.LOCAL_FRACTION) -> tuple[float, float]:
